@@ -1,0 +1,474 @@
+"""Samples of real calls and the tensor specs that describe them.
+
+A `Sample` is one call's `(args, kwargs)`. A `TensorSpec` describes one tensor argument (shape, dtype, device,
+strides, storage offset and a value range) and can draw a fresh random tensor with the same layout. Signatures
+(`signature_of`) are the hashable keys used for de-duplication and by the runtime's signature guard: they include
+shape, dtype, device and strides of every tensor, and the exact value (and type) of every other argument.
+Samples and specs convert to and from JSON-safe dicts for prompts and plans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = [
+    "Sample",
+    "TensorSpec",
+    "clone_tensor",
+    "clone_value",
+    "draw_sample",
+    "iter_tensors",
+    "sample_from_json",
+    "sample_to_json",
+    "signature_from_json",
+    "signature_of",
+    "spec_sample",
+    "value_from_json",
+    "value_to_json",
+]
+
+
+class Sample(NamedTuple):
+    """One real call of a function: positional and keyword arguments."""
+
+    args: tuple
+    kwargs: dict
+
+    def signature(self) -> Hashable:
+        """Hashable key of this call (see `signature_of`)."""
+        return signature_of(self.args, self.kwargs)
+
+    def describe(self) -> str:
+        """Short human-readable form, e.g. `(bf16[2,4096] s(4096,1), weight=bf16[4096], eps=1e-06)`."""
+        parts = [_describe_value(a) for a in self.args]
+        parts += [f"{k}={_describe_value(v)}" for k, v in self.kwargs.items()]
+        return "(" + ", ".join(parts) + ")"
+
+
+_DTYPE_SHORT = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """`torch.float32` -> `"float32"`."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """`"float32"` -> `torch.float32`; a clear error for anything else."""
+    value = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown torch dtype {name!r}; expected a name such as 'float32' or 'bfloat16'")
+    return value
+
+
+def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride), strict=True):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Layout and value range of one tensor; `draw()` makes a fresh random tensor that matches it.
+
+    `low`/`high` are the observed value range for integer and bool tensors (draws stay inside it, so indices
+    stay valid); `mean`/`std` summarise floating tensors (draws are normal with those moments; a constant
+    tensor draws with unit spread so a kernel that ignores the argument cannot pass by luck).
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: str = "cpu"
+    stride: tuple[int, ...] | None = None
+    storage_offset: int = 0
+    low: float | None = None
+    high: float | None = None
+    mean: float | None = None
+    std: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if self.stride is None:
+            stride, acc = [], 1
+            for size in reversed(self.shape):
+                stride.append(acc)
+                acc *= max(size, 1)
+            object.__setattr__(self, "stride", tuple(reversed(stride)))
+        else:
+            object.__setattr__(self, "stride", tuple(int(s) for s in self.stride))
+        if len(self.stride) != len(self.shape):
+            raise ValueError(f"stride {self.stride} does not match shape {self.shape}")
+        object.__setattr__(self, "device", str(torch.device(self.device)))
+
+    # -- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def of(cls, tensor: torch.Tensor, *, with_stats: bool = True) -> TensorSpec:
+        """Describe `tensor` (layout always; value statistics unless `with_stats=False`)."""
+        low = high = mean = std = None
+        if with_stats and tensor.numel() > 0 and tensor.layout == torch.strided:
+            with torch.no_grad():
+                t = tensor.detach()
+                if t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex()):
+                    low, high = float(t.min().item()), float(t.max().item())
+                elif t.is_floating_point():
+                    finite = t[torch.isfinite(t)].to(torch.float64)
+                    if finite.numel() > 0:
+                        mean = float(finite.mean().item())
+                        std = float(finite.std().item()) if finite.numel() > 1 else 0.0
+        return cls(
+            shape=tuple(tensor.shape),
+            dtype=tensor.dtype,
+            device=str(tensor.device),
+            stride=tuple(tensor.stride()),
+            storage_offset=int(tensor.storage_offset()),
+            low=low,
+            high=high,
+            mean=mean,
+            std=std,
+        )
+
+    # -- properties ---------------------------------------------------------------------------------------
+    @property
+    def is_contiguous(self) -> bool:
+        return _is_contiguous(self.shape, self.stride)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * torch.empty((), dtype=self.dtype).element_size()
+
+    def storage_size(self) -> int:
+        """Elements of storage needed to hold this view (offset included)."""
+        if any(s == 0 for s in self.shape):
+            return self.storage_offset
+        return self.storage_offset + 1 + sum((s - 1) * st for s, st in zip(self.shape, self.stride, strict=True))
+
+    def signature(self) -> tuple:
+        """The hashable part of the spec used in call signatures (layout only, no statistics)."""
+        return (_TENSOR_TAG, self.shape, self.stride, self.dtype, torch.device(self.device))
+
+    def describe(self) -> str:
+        text = f"{_DTYPE_SHORT.get(self.dtype, dtype_name(self.dtype))}[{','.join(map(str, self.shape))}]"
+        if not self.is_contiguous:
+            text += f" stride=({','.join(map(str, self.stride))})"
+        if self.storage_offset:
+            text += f" offset={self.storage_offset}"
+        if torch.device(self.device).type != "cpu":
+            text += f" {self.device}"
+        return text
+
+    # -- drawing ------------------------------------------------------------------------------------------
+    def draw(self, generator: torch.Generator | None = None, *, device: str | torch.device | None = None) -> torch.Tensor:
+        """A fresh random tensor with this spec's shape, dtype, strides and storage offset.
+
+        Values are drawn on the CPU with `generator` (so a seed gives the same tensor on any device), then
+        moved to `device` (default: the spec's device).
+        """
+        target = torch.device(device if device is not None else self.device)
+        size = max(self.storage_size(), 1)
+        if self.dtype == torch.bool:
+            lo, hi = int(self.low if self.low is not None else 0), int(self.high if self.high is not None else 1)
+            flat = torch.randint(lo, hi + 1, (size,), generator=generator).to(torch.bool)
+        elif self.dtype.is_floating_point:
+            mean = self.mean if self.mean is not None and math.isfinite(self.mean) else 0.0
+            std = self.std if self.std is not None and math.isfinite(self.std) and self.std > 1e-12 else 1.0
+            flat = (torch.randn((size,), generator=generator, dtype=torch.float32) * std + mean).to(self.dtype)
+        elif self.dtype.is_complex:
+            flat = torch.randn((size,), generator=generator, dtype=self.dtype)
+        else:
+            info = torch.iinfo(self.dtype)
+            lo = int(self.low) if self.low is not None else max(info.min, -100)
+            hi = int(self.high) if self.high is not None else min(info.max, 100)
+            flat = torch.randint(lo, hi + 1, (size,), generator=generator, dtype=torch.int64).to(self.dtype)
+        flat = flat.to(target)
+        return flat.as_strided(self.shape, self.stride, self.storage_offset)
+
+    # -- JSON ---------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "shape": list(self.shape),
+            "dtype": dtype_name(self.dtype),
+            "device": self.device,
+            "stride": list(self.stride),
+        }
+        if self.storage_offset:
+            data["storage_offset"] = self.storage_offset
+        for name in ("low", "high", "mean", "std"):
+            value = getattr(self, name)
+            if value is not None and math.isfinite(value):
+                data[name] = value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TensorSpec:
+        try:
+            return cls(
+                shape=tuple(data["shape"]),
+                dtype=dtype_from_name(data["dtype"]),
+                device=data.get("device", "cpu"),
+                stride=tuple(data["stride"]) if data.get("stride") is not None else None,
+                storage_offset=int(data.get("storage_offset", 0)),
+                low=data.get("low"),
+                high=data.get("high"),
+                mean=data.get("mean"),
+                std=data.get("std"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"invalid tensor spec {data!r}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Signatures
+# ---------------------------------------------------------------------------------------------------------
+_TENSOR_TAG = "T"
+
+
+def _value_key(value: Any) -> Hashable:
+    if isinstance(value, torch.Tensor):
+        return (_TENSOR_TAG, tuple(value.shape), value.stride(), value.dtype, value.device)
+    if isinstance(value, TensorSpec):
+        return value.signature()
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_value_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _value_key(v)) for k, v in value.items()))
+    if isinstance(value, float) and math.isnan(value):
+        return (float, "nan")
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value).__name__, repr(value))
+    # Type-tag scalars so that 1, 1.0 and True are different signatures.
+    return (type(value), value)
+
+
+def signature_of(args: tuple, kwargs: dict) -> Hashable:
+    """Hashable key of a call: tensors by (shape, strides, dtype, device), other values by type and value.
+
+    Keyword order does not matter; positional vs keyword spelling of the same argument does (the runtime
+    guard then falls back, which is safe).
+    """
+    return (
+        tuple(_value_key(a) for a in args),
+        tuple(sorted((k, _value_key(v)) for k, v in kwargs.items())) if kwargs else (),
+    )
+
+
+def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor leaf inside nested tuples, lists and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from iter_tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from iter_tensors(v)
+
+
+def map_values(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply `fn` to every leaf of nested tuples, lists and dicts, keeping the structure."""
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(map_values(v, fn) for v in value)
+    if isinstance(value, list):
+        return [map_values(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: map_values(v, fn) for k, v in value.items()}
+    return fn(value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cloning and drawing
+# ---------------------------------------------------------------------------------------------------------
+def clone_tensor(tensor: torch.Tensor, *, device: str | torch.device | None = None) -> torch.Tensor:
+    """A detached copy with the same shape, strides and storage offset (also for views and expanded tensors)."""
+    src = tensor.detach()
+    target = torch.device(device) if device is not None else src.device
+    if src.layout != torch.strided:
+        return src.clone().to(target)
+    spec = TensorSpec.of(src, with_stats=False)
+    size = max(spec.storage_size(), 1)
+    storage = torch.empty(size, dtype=src.dtype, device=target)
+    out = storage.as_strided(spec.shape, spec.stride, spec.storage_offset)
+    if src.numel():
+        # Expanded (overlapping) tensors cannot be written elementwise: copy the distinct elements only.
+        if _is_non_overlapping(spec):
+            out.copy_(src)
+        else:
+            unique = _dense_source(src, spec)
+            storage[spec.storage_offset : spec.storage_offset + unique.numel()].copy_(unique)
+    return out
+
+
+def _is_non_overlapping(spec: TensorSpec) -> bool:
+    dims = sorted((st, s) for s, st in zip(spec.shape, spec.stride, strict=True) if s > 1)
+    reach = 1
+    for st, s in dims:
+        if st < reach:
+            return False
+        reach = st * s
+    return True
+
+
+def _dense_source(src: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    """The storage elements an overlapping view reads, read back through the original view's storage."""
+    n = spec.storage_size() - spec.storage_offset
+    return src.as_strided((n,), (1,), src.storage_offset()).clone()
+
+
+def clone_value(value: Any, *, device: str | torch.device | None = None) -> Any:
+    """Deep copy of nested call arguments; tensors keep their layout (see `clone_tensor`)."""
+    return map_values(value, lambda v: clone_tensor(v, device=device) if isinstance(v, torch.Tensor) else v)
+
+
+def spec_sample(sample: Sample, *, with_stats: bool = True) -> Sample:
+    """The same call with every tensor replaced by its `TensorSpec`."""
+    fn = lambda v: TensorSpec.of(v, with_stats=with_stats) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    return Sample(map_values(tuple(sample.args), fn), map_values(dict(sample.kwargs), fn))
+
+
+def draw_sample(sample: Sample, generator: torch.Generator | None = None, *, device: Any = None) -> Sample:
+    """A fresh call with every tensor (or `TensorSpec`) replaced by a random tensor of the same spec."""
+
+    def fn(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return TensorSpec.of(value).draw(generator, device=device)
+        if isinstance(value, TensorSpec):
+            return value.draw(generator, device=device)
+        return value
+
+    return Sample(map_values(tuple(sample.args), fn), map_values(dict(sample.kwargs), fn))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JSON
+# ---------------------------------------------------------------------------------------------------------
+def value_to_json(value: Any) -> Any:
+    """JSON-safe form of one argument value; tensors become their spec (`{"tensor": {...}}`)."""
+    if isinstance(value, torch.Tensor):
+        return {"tensor": TensorSpec.of(value).to_json()}
+    if isinstance(value, TensorSpec):
+        return {"tensor": value.to_json()}
+    if isinstance(value, torch.dtype):
+        return {"dtype": dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, torch.Size):
+        return {"size": list(value)}
+    if isinstance(value, tuple):
+        return {"tuple": [value_to_json(v) for v in value]}
+    if isinstance(value, list):
+        return [value_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": {str(k): value_to_json(v) for k, v in value.items()}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot serialise argument of type {type(value).__name__}: {value!r}")
+
+
+def value_from_json(data: Any) -> Any:
+    """Inverse of `value_to_json`; tensors come back as `TensorSpec`s."""
+    if isinstance(data, list):
+        return [value_from_json(v) for v in data]
+    if isinstance(data, dict):
+        if len(data) != 1:
+            raise ValueError(f"invalid serialised argument {data!r}")
+        (tag, payload), = data.items()
+        if tag == "tensor":
+            return TensorSpec.from_json(payload)
+        if tag == "dtype":
+            return dtype_from_name(payload)
+        if tag == "device":
+            return torch.device(payload)
+        if tag == "size":
+            return torch.Size(payload)
+        if tag == "tuple":
+            return tuple(value_from_json(v) for v in payload)
+        if tag == "dict":
+            return {k: value_from_json(v) for k, v in payload.items()}
+        if tag == "float":
+            return float(payload)
+        raise ValueError(f"unknown serialised argument tag {tag!r}")
+    return data
+
+
+def sample_to_json(sample: Sample) -> dict[str, Any]:
+    """`{"args": [...], "kwargs": {...}}` with tensors as specs."""
+    return {
+        "args": [value_to_json(a) for a in sample.args],
+        "kwargs": {k: value_to_json(v) for k, v in sample.kwargs.items()},
+    }
+
+
+def sample_from_json(data: dict[str, Any]) -> Sample:
+    """Inverse of `sample_to_json`: a `Sample` whose tensors are `TensorSpec`s (use `draw_sample` for tensors)."""
+    try:
+        args, kwargs = data["args"], data.get("kwargs", {})
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"invalid serialised sample {data!r}: expected keys 'args' and 'kwargs'") from exc
+    return Sample(tuple(value_from_json(a) for a in args), {k: value_from_json(v) for k, v in kwargs.items()})
+
+
+def signature_from_json(data: dict[str, Any]) -> Hashable:
+    """The call signature of a serialised sample (equal to `signature_of` of the live call it came from)."""
+    sample = sample_from_json(data)
+    return signature_of(sample.args, sample.kwargs)
+
+
+def _describe_value(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return TensorSpec.of(value, with_stats=False).describe()
+    if isinstance(value, TensorSpec):
+        return value.describe()
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_describe_value(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_describe_value(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+@dataclass
+class SampleCounter:
+    """Unique samples of one function in first-seen order, with how often each signature was called."""
+
+    samples: dict[Hashable, Sample] = field(default_factory=dict)
+    counts: dict[Hashable, int] = field(default_factory=dict)
+
+    def add(self, args: tuple, kwargs: dict, *, clone: bool = True) -> Hashable:
+        key = signature_of(args, kwargs)
+        if key in self.counts:
+            self.counts[key] += 1
+        else:
+            self.counts[key] = 1
+            self.samples[key] = Sample(clone_value(tuple(args)), clone_value(dict(kwargs))) if clone else Sample(
+                tuple(args), dict(kwargs)
+            )
+        return key
+
+    def items(self) -> list[tuple[int, Sample]]:
+        return [(self.counts[k], s) for k, s in self.samples.items()]
