@@ -167,7 +167,7 @@ class TensorSpec:
 
     def signature(self) -> tuple:
         """The hashable part of the spec used in call signatures (layout only, no statistics)."""
-        return (_TENSOR_TAG, self.shape, self.stride, self.dtype, torch.device(self.device))
+        return (_TENSOR_TAG, torch.Size(self.shape), self.stride, self.dtype, torch.device(self.device))
 
     def describe(self) -> str:
         text = f"{_DTYPE_SHORT.get(self.dtype, dtype_name(self.dtype))}[{','.join(map(str, self.shape))}]"
@@ -245,9 +245,16 @@ class TensorSpec:
 _TENSOR_TAG = "T"
 
 
+_Tensor = torch.Tensor
+_SCALAR_TYPES = (int, float, bool, str, type(None))
+
+
 def _value_key(value: Any) -> Hashable:
-    if isinstance(value, torch.Tensor):
-        return (_TENSOR_TAG, tuple(value.shape), value.stride(), value.dtype, value.device)
+    # Hot path of the runtime's signature guard: keep the common cases first and cheap.
+    if isinstance(value, _Tensor):
+        return (_TENSOR_TAG, value.shape, value.stride(), value.dtype, value.device)
+    if type(value) in _SCALAR_TYPES and value == value:  # NaN falls through to the tagged form below
+        return (type(value), value)
     if isinstance(value, TensorSpec):
         return value.signature()
     if isinstance(value, (tuple, list)):
@@ -270,9 +277,10 @@ def signature_of(args: tuple, kwargs: dict) -> Hashable:
     Keyword order does not matter; positional vs keyword spelling of the same argument does (the runtime
     guard then falls back, which is safe).
     """
+    key = _value_key
     return (
-        tuple(_value_key(a) for a in args),
-        tuple(sorted((k, _value_key(v)) for k, v in kwargs.items())) if kwargs else (),
+        tuple([key(a) for a in args]),
+        tuple(sorted([(k, key(v)) for k, v in kwargs.items()])) if kwargs else (),
     )
 
 

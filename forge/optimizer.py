@@ -1,0 +1,436 @@
+"""`KernelOptimizer`: profile a module, try every kernel source per hot function, keep the fastest correct one.
+
+Flow of `make_plan` (the reference design's, with its weak points fixed):
+1. profile the module's forward (functional calls intercepted only inside it) and rank functions by time;
+2. select functions per source by time share (providers and generators have separate thresholds);
+3. submit every generator task first (asynchronous; the generation clock starts now);
+4. while they run, prepare, validate and benchmark every static provider;
+5. collect generated results as they finish until the timeout (unfinished tasks are cancelled and named);
+6. per function, time the baseline (PyTorch) again beside the fastest valid candidate and keep the candidate only
+   when it beats the baseline by more than the measured noise, in both measurements.
+Every candidate, static or generated, goes through the same `KernelUtils.validate` then `KernelUtils.benchmark`.
+A failing provider or generator is reported and skipped; it never breaks the plan.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from forge.checking import BenchmarkResult, KernelUtils, benchmark_distribution
+from forge.environment import environment_fingerprint
+from forge.functional import original_function
+from forge.plan import KernelOptimizationPlan, PlanEntry
+from forge.profiler import ModuleFunctionKernelProfiler
+from forge.progress import Stopwatch, progress
+from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
+from forge.samples import Sample, iter_tensors
+
+__all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GENERATION_TIMEOUT_S = 21600.0
+GENERATION_TIMEOUT_ENV = "KFORGE_GENERATION_TIMEOUT"
+REPORT_COLUMNS = ["function", "candidate", "source", "status", "latency_ms", "spread", "speedup", "error"]
+
+
+def _default_generation_timeout() -> float:
+    raw = os.environ.get(GENERATION_TIMEOUT_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_GENERATION_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{GENERATION_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{GENERATION_TIMEOUT_ENV}={raw!r} must be a finite number of seconds >= 0")
+    return value
+
+
+def _as_list(value: Any, kind: type, label: str) -> list:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, kind) else list(value)
+    for item in items:
+        if not isinstance(item, kind):
+            raise TypeError(f"{label} must be {kind.__name__} instances, got {type(item).__name__}: {item!r}")
+    return items
+
+
+def _check_percent(name: str, value: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number between 0 and 100, got {value!r}") from None
+    if not (0.0 <= number <= 100.0):  # also rejects NaN
+        raise ValueError(f"{name} must be between 0 and 100, got {value!r}")
+    return number
+
+
+@dataclass
+class _Candidate:
+    provider: KernelProvider
+    source: str
+    description: str
+    result: BenchmarkResult
+
+
+@dataclass
+class _FunctionSearch:
+    name: str
+    reference: Callable
+    unique_samples: list[Sample]
+    benchmark_samples: list[Sample]
+    candidates: list[_Candidate] = field(default_factory=list)
+    baselines: list[BenchmarkResult] = field(default_factory=list)
+
+
+@dataclass
+class _GenerationTask:
+    function: str
+    generator: KernelGenerator
+    future: cf.Future
+
+
+class KernelOptimizer:
+    """Profiles a module and builds a `KernelOptimizationPlan` from static providers and generators."""
+
+    def __init__(
+        self,
+        kernel_providers: KernelProvider | Sequence[KernelProvider] | None = None,
+        kernel_generators: KernelGenerator | Sequence[KernelGenerator] | None = None,
+        kernel_profiler_factory: Callable[..., ModuleFunctionKernelProfiler] = ModuleFunctionKernelProfiler,
+        kernel_utils: KernelUtils | None = None,
+        provider_min_time_share_percent: float = 0.0,
+        generator_min_time_share_percent: float = 10.0,
+        generation_timeout: float | None = None,
+    ) -> None:
+        self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
+        self.kernel_generators: list[KernelGenerator] = _as_list(
+            kernel_generators, KernelGenerator, "kernel_generators"
+        )
+        self.kernel_profiler_factory = kernel_profiler_factory
+        self.kernel_utils = kernel_utils if kernel_utils is not None else KernelUtils()
+        self.provider_min_time_share_percent = _check_percent(
+            "provider_min_time_share_percent", provider_min_time_share_percent
+        )
+        self.generator_min_time_share_percent = _check_percent(
+            "generator_min_time_share_percent", generator_min_time_share_percent
+        )
+        if generation_timeout is None:
+            generation_timeout = _default_generation_timeout()
+        if not isinstance(generation_timeout, (int, float)) or not generation_timeout >= 0:
+            raise ValueError(f"generation_timeout must be a number of seconds >= 0, got {generation_timeout!r}")
+        self.generation_timeout = float(generation_timeout)
+        self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
+        self.profile_summary: pd.DataFrame | None = None
+        self._rows: list[dict[str, Any]] = []
+
+    # -- sources ------------------------------------------------------------------------------------------
+    def _providers_for(self, name: str) -> list[KernelProvider]:
+        return [p for p in self.kernel_providers if p.supported_function == name]
+
+    def _generator_functions(self, generator: KernelGenerator) -> set[str]:
+        try:
+            return set(generator.supports_functions())
+        except Exception:
+            logger.warning("generator %s failed to list its functions; skipping it", generator, exc_info=True)
+            return set()
+
+    # -- public -------------------------------------------------------------------------------------------
+    def make_plan(
+        self, function: Callable, data: Sequence[Any] | None = None, *, module: nn.Module | None = None
+    ) -> KernelOptimizationPlan:
+        """Profile `function(*sample)` for each sample of `data` inside `module` and return the best plan."""
+        if module is None:
+            if isinstance(function, nn.Module):
+                module = function
+            else:
+                raise ValueError(
+                    "module must be given when function is not an nn.Module: call make_plan(fn, data, module=model)"
+                )
+        if not isinstance(module, nn.Module):
+            raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
+        self._rows = []
+        self.report = pd.DataFrame(columns=REPORT_COLUMNS)
+        self.profile_summary = None
+        clock = Stopwatch()
+
+        generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
+        provider_names = {p.supported_function for p in self.kernel_providers}
+        generator_names = set().union(*generator_support.values()) if generator_support else set()
+        if not self.kernel_providers and not self.kernel_generators:
+            logger.info("No kernel sources configured: returning an empty plan.")
+            return KernelOptimizationPlan(environment=environment_fingerprint())
+        supported = provider_names | generator_names
+        if not supported:
+            logger.info("No supported kernel functions: returning an empty plan.")
+            return KernelOptimizationPlan(environment=environment_fingerprint())
+
+        progress("profiling %s", type(module).__name__)
+        profiler = self.kernel_profiler_factory(function_names=supported)
+        profile = profiler.profile(function, data, module=module)
+        summary = profile.summary()
+        device = getattr(profile, "device", None)
+        if summary.empty:
+            logger.info("No torch.nn.functional calls found inside the module: returning an empty plan.")
+            self.profile_summary = summary
+            return KernelOptimizationPlan(environment=environment_fingerprint(device))
+
+        pct = dict(zip(summary["function_name"], summary["time_spent_pct"], strict=True))
+        ranked = [n for n in summary["function_name"] if n in profile.functions and profile.functions[n].samples]
+        provider_functions = [
+            n for n in ranked if n in provider_names and pct[n] >= self.provider_min_time_share_percent
+        ]
+        generator_functions = [
+            n for n in ranked if n in generator_names and pct[n] >= self.generator_min_time_share_percent
+        ]
+        marked = summary.copy()
+        marked["provider"] = ["✓" if n in provider_functions else "" for n in marked["function_name"]]
+        marked["generator"] = ["✓" if n in generator_functions else "" for n in marked["function_name"]]
+        self.profile_summary = marked
+        logger.info("Profile summary:\n%s", marked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+        searches: dict[str, _FunctionSearch] = {}
+        for name in ranked:
+            if name in provider_functions or name in generator_functions:
+                counted = profile.functions[name].samples
+                searches[name] = _FunctionSearch(
+                    name=name,
+                    reference=original_function(name),
+                    unique_samples=[s for _, s in counted],
+                    benchmark_samples=benchmark_distribution(
+                        counted, max_calls=getattr(self.kernel_utils, "max_benchmark_calls", 64)
+                    ),
+                )
+
+        tasks = self._submit_generation(searches, generator_functions, generator_support)
+        generation_deadline = time.monotonic() + self.generation_timeout
+        self._evaluate_providers(searches, provider_functions)
+        self._collect_generated(searches, tasks, generation_deadline)
+        entries = self._select(searches)
+        plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device))
+
+        self.report = pd.DataFrame(self._rows, columns=REPORT_COLUMNS)
+        if not self.report.empty:
+            logger.info("Candidates:\n%s", self.report.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        progress("plan ready in %s: %d function(s) replaced", clock, len(plan))
+        return plan
+
+    # -- phases -------------------------------------------------------------------------------------------
+    def _submit_generation(
+        self,
+        searches: dict[str, _FunctionSearch],
+        generator_functions: list[str],
+        support: dict[int, set[str]],
+    ) -> list[_GenerationTask]:
+        tasks = []
+        for name in generator_functions:
+            search = searches[name]
+            for generator in self.kernel_generators:
+                if name not in support[id(generator)]:
+                    continue
+                try:
+                    if not generator.prepare(name, search.unique_samples):
+                        self._row(name, str(generator), "generated", "prepare_refused", error="generator declined")
+                        continue
+                    future = generator.submit(name, search.unique_samples)
+                except Exception as exc:
+                    logger.warning("Generator %s failed to start for %s: %s", generator, name, exc, exc_info=True)
+                    self._row(name, str(generator), "generated", "failed", error=f"{type(exc).__name__}: {exc}")
+                    continue
+                progress("generation started: %s for %s", generator, name)
+                tasks.append(_GenerationTask(name, generator, future))
+        return tasks
+
+    def _evaluate_providers(self, searches: dict[str, _FunctionSearch], provider_functions: list[str]) -> None:
+        total = sum(len(self._providers_for(n)) for n in provider_functions)
+        done = 0
+        for name in provider_functions:
+            search = searches[name]
+            for provider in self._providers_for(name):
+                done += 1
+                progress("[%d/%d] %s: preparing %s", done, total, name, provider.name)
+                try:
+                    with torch.no_grad():
+                        ready = provider.prepare(search.unique_samples)
+                except Exception as exc:
+                    logger.warning("Provider %s failed to prepare for %s: %s", provider.name, name, exc)
+                    self._row(name, provider.name, "static", "failed", error=f"prepare raised {type(exc).__name__}: {exc}")
+                    continue
+                if not ready:
+                    self._row(name, provider.name, "static", "prepare_refused", error="provider cannot serve these samples")
+                    continue
+                self._evaluate(search, provider, "static", provider.name)
+
+    def _collect_generated(
+        self, searches: dict[str, _FunctionSearch], tasks: list[_GenerationTask], deadline: float
+    ) -> None:
+        if not tasks:
+            return
+        by_future = {t.future: t for t in tasks}
+        remaining = max(0.0, deadline - time.monotonic())
+        progress("waiting for %d generation task(s) (timeout %.0fs)", len(tasks), remaining)
+        try:
+            for future in cf.as_completed(list(by_future), timeout=remaining):
+                task = by_future.pop(future)
+                self._evaluate_generation(searches[task.function], task, future)
+        except (TimeoutError, cf.TimeoutError):
+            names = [f"{t.generator} for {t.function}" for t in by_future.values()]
+            logger.warning(
+                "Kernel generation timed out after %.1f seconds; cancelling %d unfinished task(s): %s",
+                self.generation_timeout,
+                len(names),
+                ", ".join(names),
+            )
+            for task in by_future.values():
+                task.future.cancel()
+                self._row(task.function, str(task.generator), "generated", "timeout",
+                          error=f"not finished within {self.generation_timeout:.1f}s")
+            for generator in {id(t.generator): t.generator for t in by_future.values()}.values():
+                try:
+                    generator.cancel()
+                except Exception:
+                    logger.warning("Generator %s failed to cancel", generator, exc_info=True)
+
+    def _evaluate_generation(self, search: _FunctionSearch, task: _GenerationTask, future: cf.Future) -> None:
+        label = str(task.generator)
+        try:
+            result = future.result()
+        except Exception as exc:
+            logger.warning("Kernel generation failed in %s for %s: %s", label, search.name, exc)
+            self._row(search.name, label, "generated", "failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        if not isinstance(result, KernelGenerationResult):
+            self._row(search.name, label, "generated", "failed", error=f"future returned {type(result).__name__}")
+            return
+        if not result.succeeded:
+            logger.warning("Generator %s produced no candidate for %s: %s", label, search.name, result.error)
+            self._row(search.name, label, "generated", "generation_failed", error=result.error)
+            return
+        provider = result.provider
+        if provider.supported_function != search.name or result.function != search.name:
+            self._row(search.name, label, "generated", "invalid",
+                      error=f"generator returned a provider for {provider.supported_function!r}")
+            return
+        if not provider.is_ready:
+            self._row(search.name, label, "generated", "invalid", error="generated provider is not ready")
+            return
+        try:
+            provider.to_dict()
+        except Exception as exc:
+            self._row(search.name, label, "generated", "invalid", error=f"provider is not serialisable: {exc}")
+            return
+        self._evaluate(search, provider, "generated", result.description or f"{label}: {provider.name}")
+
+    def _evaluate(self, search: _FunctionSearch, provider: KernelProvider, source: str, description: str) -> None:
+        name = search.name
+        try:
+            progress("%s: validating %s", name, provider.name)
+            errors = self.kernel_utils.validate(search.reference, provider, search.unique_samples)
+            if errors:
+                logger.info("Validation failed for %s: %s", description, errors[:3])
+                self._row(name, provider.name, source, "invalid", error="; ".join(errors[:3]))
+                return
+            progress("%s: benchmarking %s", name, provider.name)
+            if not search.baselines:
+                search.baselines.append(self.kernel_utils.benchmark(search.reference, search.benchmark_samples))
+            result = self.kernel_utils.benchmark(provider, search.benchmark_samples)
+        except Exception as exc:
+            logger.warning("Candidate evaluation failed for %s: %s", description, exc, exc_info=True)
+            self._row(name, provider.name, source, "failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        search.candidates.append(_Candidate(provider, source, description, result))
+
+    def _select(self, searches: dict[str, _FunctionSearch]) -> list[PlanEntry]:
+        entries = []
+        for name, search in searches.items():
+            if not search.candidates:
+                continue
+            try:
+                search.baselines.append(self.kernel_utils.benchmark(search.reference, search.benchmark_samples))
+            except Exception as exc:
+                logger.warning("Baseline benchmark failed for %s: %s", name, exc)
+                for c in search.candidates:
+                    self._row(name, c.provider.name, c.source, "failed", c.result, error=f"baseline failed: {exc}")
+                continue
+            baseline = min(search.baselines, key=lambda b: b.median_ms)
+            self._row(name, "PyTorch (eager)", "baseline", "baseline", baseline, baseline=baseline)
+            ranked = sorted(search.candidates, key=lambda c: c.result.median_ms)
+            best = ranked[0]
+            chosen = None
+            if best.result.is_faster_than(baseline):
+                # Confirm side by side: a fresh candidate run against a fresh baseline run.
+                confirm_base = self.kernel_utils.benchmark(search.reference, search.benchmark_samples)
+                confirm = self.kernel_utils.benchmark(best.provider, search.benchmark_samples)
+                if confirm.is_faster_than(confirm_base):
+                    chosen = best
+                else:
+                    logger.info("%s: %s lost its lead in the confirmation run", name, best.provider.name)
+            for c in ranked:
+                if c is chosen:
+                    status = "selected"
+                elif c.result.median_ms >= baseline.median_ms:
+                    status = "slower"
+                elif c is best:
+                    status = "not significant"
+                else:
+                    status = "valid"
+                self._row(name, c.provider.name, c.source, status, c.result, baseline=baseline)
+            if chosen is not None:
+                entries.append(
+                    PlanEntry(
+                        provider=chosen.provider,
+                        signatures=tuple(search.unique_samples),
+                        source=chosen.source,
+                        latency_ms=chosen.result.median_ms,
+                        baseline_ms=baseline.median_ms,
+                        description=chosen.description,
+                    )
+                )
+        return entries
+
+    # -- report -------------------------------------------------------------------------------------------
+    def _row(
+        self,
+        function: str,
+        candidate: str,
+        source: str,
+        status: str,
+        result: BenchmarkResult | None = None,
+        *,
+        baseline: BenchmarkResult | None = None,
+        error: str | None = None,
+    ) -> None:
+        self._rows.append(
+            {
+                "function": function,
+                "candidate": candidate,
+                "source": source,
+                "status": status,
+                "latency_ms": result.median_ms if result is not None else None,
+                "spread": result.spread if result is not None else None,
+                "speedup": (baseline.median_ms / result.median_ms) if result is not None and baseline else None,
+                "error": error,
+            }
+        )
+
+
+def samples_device(samples: Sequence[Sample]) -> str:
+    """`"cuda"` when any tensor of the samples lives on a GPU, else `"cpu"`."""
+    for sample in samples:
+        for tensor in iter_tensors((sample.args, sample.kwargs)):
+            if tensor.device.type == "cuda":
+                return "cuda"
+    return "cpu"

@@ -1,0 +1,265 @@
+"""`KernelOptimizationPlan`: the chosen provider per function, serialisable to JSON and applicable to a module.
+
+A plan file carries a format name and version, the environment it was measured on, and per entry the provider's
+state, the call signatures it was validated on (the runtime's signature guard) and the measured latencies. Loading
+checks everything before returning: a corrupt file, an unknown version or an unknown provider type raises
+`PlanLoadError` naming the problem and nothing is applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import logging
+import os
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from forge.environment import environment_differences, environment_fingerprint
+from forge.provider import KernelProvider
+from forge.samples import Sample, sample_from_json, sample_to_json, signature_of, spec_sample
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from forge.checking import KernelUtils
+    from forge.runtime import KernelProviderRuntime
+
+__all__ = ["KernelOptimizationPlan", "PlanEntry", "PlanLoadError", "PLAN_FORMAT", "PLAN_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+PLAN_FORMAT = "kernel-forge-plan"
+PLAN_VERSION = 1
+
+
+class PlanLoadError(ValueError):
+    """A plan file or dict that cannot be loaded; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One planned replacement: a ready provider, the signatures it was validated on, and its measurements."""
+
+    provider: KernelProvider
+    signatures: tuple[Sample, ...]
+    source: str = "static"
+    latency_ms: float | None = None
+    baseline_ms: float | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.provider, KernelProvider):
+            raise TypeError(f"plan entry provider must be a KernelProvider, got {type(self.provider).__name__}")
+        if not self.signatures:
+            raise ValueError(f"plan entry for {self.provider.supported_function} has no validated signatures")
+        object.__setattr__(
+            self, "signatures", tuple(spec_sample(s, with_stats=True) for s in self.signatures)
+        )
+
+    @property
+    def function(self) -> str:
+        return self.provider.supported_function
+
+    @property
+    def speedup(self) -> float | None:
+        if self.latency_ms and self.baseline_ms:
+            return self.baseline_ms / self.latency_ms
+        return None
+
+    @cached_property
+    def signature_keys(self) -> frozenset[Hashable]:
+        return frozenset(signature_of(s.args, s.kwargs) for s in self.signatures)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "function": self.function,
+            "source": self.source,
+            "description": self.description,
+            "latency_ms": self.latency_ms,
+            "baseline_ms": self.baseline_ms,
+            "provider": self.provider.to_dict(),
+            "signatures": [sample_to_json(s) for s in self.signatures],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanEntry:
+        provider = KernelProvider.from_dict(data["provider"])
+        function = data.get("function")
+        if function is not None and function != provider.supported_function:
+            raise ValueError(
+                f"entry says function {function!r} but its provider replaces {provider.supported_function!r}"
+            )
+        return cls(
+            provider=provider,
+            signatures=tuple(sample_from_json(s) for s in data["signatures"]),
+            source=str(data.get("source", "static")),
+            latency_ms=data.get("latency_ms"),
+            baseline_ms=data.get("baseline_ms"),
+            description=str(data.get("description", "")),
+        )
+
+
+@dataclass(frozen=True)
+class KernelOptimizationPlan:
+    """The fastest correct provider per function (at most one entry per function)."""
+
+    entries: tuple[PlanEntry, ...] = ()
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(self.entries))
+        seen: set[str] = set()
+        for entry in self.entries:
+            if not isinstance(entry, PlanEntry):
+                raise TypeError(f"plan entries must be PlanEntry objects, got {type(entry).__name__}")
+            if entry.function in seen:
+                raise ValueError(f"a plan holds at most one provider per function; {entry.function!r} appears twice")
+            seen.add(entry.function)
+
+    @property
+    def providers(self) -> tuple[KernelProvider, ...]:
+        return tuple(e.provider for e in self.entries)
+
+    @property
+    def functions(self) -> list[str]:
+        return [e.function for e in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    # -- serialisation ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT,
+            "version": PLAN_VERSION,
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "environment": self.environment or environment_fingerprint(),
+            "entries": [e.to_dict() for e in self.entries],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, strict_environment: bool = False) -> KernelOptimizationPlan:
+        """Build a plan from `to_dict()` output; raises `PlanLoadError` (nothing is half-built)."""
+        if not isinstance(data, dict):
+            raise PlanLoadError(f"a plan must be a JSON object, got {type(data).__name__}")
+        if data.get("format") != PLAN_FORMAT:
+            raise PlanLoadError(
+                f"not a kernel-forge plan (format is {data.get('format')!r}, expected {PLAN_FORMAT!r})"
+            )
+        version = data.get("version")
+        if version != PLAN_VERSION:
+            raise PlanLoadError(
+                f"unsupported plan version {version!r}; this kernel-forge reads version {PLAN_VERSION}. "
+                "Re-create the plan with `kforge optimize` or use the kernel-forge release that wrote it"
+            )
+        raw_entries = data.get("entries")
+        if not isinstance(raw_entries, list):
+            raise PlanLoadError("plan has no 'entries' list")
+        entries = []
+        for index, raw in enumerate(raw_entries):
+            label = raw.get("function", "?") if isinstance(raw, dict) else "?"
+            try:
+                entries.append(PlanEntry.from_dict(raw))
+            except Exception as exc:
+                raise PlanLoadError(f"plan entry {index} ({label}): {exc}") from exc
+        environment = data.get("environment") or {}
+        if environment:
+            diffs = environment_differences(environment)
+            if diffs:
+                message = "plan was measured on another environment: " + "; ".join(diffs)
+                if strict_environment:
+                    raise PlanLoadError(message + " (strict_environment=True)")
+                logger.warning("%s. Kernels are still guarded by signature; run plan.verify() to re-check them.", message)
+        try:
+            return cls(entries=tuple(entries), environment=environment)
+        except (TypeError, ValueError) as exc:
+            raise PlanLoadError(str(exc)) from exc
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the plan as JSON (atomically: a crash never leaves half a file)."""
+        path = Path(path)
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, strict_environment: bool = False) -> KernelOptimizationPlan:
+        """Read a plan written by `save`; raises `PlanLoadError` with the file name on any problem."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise PlanLoadError(f"cannot read plan file {path}: {exc.strerror or exc}") from exc
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanLoadError(
+                f"plan file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                "it may be truncated or edited by hand - re-create it with `kforge optimize`"
+            ) from exc
+        try:
+            return cls.from_dict(data, strict_environment=strict_environment)
+        except PlanLoadError as exc:
+            raise PlanLoadError(f"plan file {path}: {exc}") from exc
+
+    # -- use ----------------------------------------------------------------------------------------------
+    def runtime(self, module: nn.Module) -> KernelProviderRuntime:
+        from forge.runtime import KernelProviderRuntime
+
+        return KernelProviderRuntime(module, self)
+
+    @contextlib.contextmanager
+    def apply(self, module: nn.Module) -> Iterator[KernelProviderRuntime]:
+        """Inside the block, `module(...)` runs with the planned providers (under `torch.no_grad()`)."""
+        runtime = self.runtime(module)
+        with runtime.applied():
+            yield runtime
+
+    def verify(self, kernel_utils: KernelUtils | None = None) -> dict[str, list[str]]:
+        """Re-validate every provider on fresh inputs drawn from its signatures (e.g. after moving machines).
+
+        Returns the errors per function (empty lists = all good).
+        """
+        from forge.checking import KernelUtils
+        from forge.functional import original_function
+        from forge.samples import draw_sample
+
+        utils = kernel_utils or KernelUtils()
+        result = {}
+        for entry in self.entries:
+            samples = [draw_sample(s) for s in entry.signatures]
+            result[entry.function] = list(utils.validate(original_function(entry.function), entry.provider, samples))
+        return result
+
+    def summary(self) -> pd.DataFrame:
+        """One row per entry: function, provider, source, latencies, speedup, signatures."""
+        import pandas as pd
+
+        rows = [
+            {
+                "function": e.function,
+                "provider": e.provider.name,
+                "source": e.source,
+                "latency_ms": e.latency_ms,
+                "baseline_ms": e.baseline_ms,
+                "speedup": e.speedup,
+                "signatures": len(e.signatures),
+            }
+            for e in self.entries
+        ]
+        return pd.DataFrame(
+            rows, columns=["function", "provider", "source", "latency_ms", "baseline_ms", "speedup", "signatures"]
+        )
+

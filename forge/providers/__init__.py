@@ -1,0 +1,7 @@
+"""Static kernel providers that ship with kernel-forge."""
+
+from forge.providers.compiled_function import CompiledFunctionProvider
+from forge.providers.defaults import default_providers
+from forge.providers.torch_sdpa import TorchSDPAProvider
+
+__all__ = ["CompiledFunctionProvider", "TorchSDPAProvider", "default_providers"]

@@ -1,0 +1,33 @@
+"""The static providers `kforge optimize` tries by default on a given device."""
+
+from __future__ import annotations
+
+import torch
+
+from forge.provider import KernelProvider
+from forge.providers.compiled_function import CompiledFunctionProvider
+from forge.providers.torch_sdpa import TorchSDPAProvider
+
+__all__ = ["default_providers", "COMPILED_FUNCTIONS"]
+
+# Functions where a per-function torch.compile (Inductor-generated Triton) can beat eager: norms, activations,
+# softmax and losses. linear/conv stay on cuBLAS/cuDNN under the default mode, so they are not listed.
+COMPILED_FUNCTIONS = (
+    "layer_norm",
+    "rms_norm",
+    "group_norm",
+    "gelu",
+    "silu",
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+)
+
+
+def default_providers(device: str | torch.device = "cpu") -> list[KernelProvider]:
+    """SDPA backends (on CUDA) and per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS`."""
+    providers: list[KernelProvider] = []
+    if torch.device(device).type == "cuda":
+        providers += [TorchSDPAProvider(b) for b in ("cudnn", "flash", "efficient")]
+    providers += [CompiledFunctionProvider(name) for name in COMPILED_FUNCTIONS]
+    return providers
