@@ -1,0 +1,335 @@
+"""`LLMClient`: chat completions from an OpenAI-compatible endpoint, with retries, metering and a cassette.
+
+`complete(messages, tag=...)` returns an `LLMReply` or raises `LLMError`. The SDK's own retries are off
+(`max_retries=0`) and tenacity owns the policy (see `agent.llm.retry`), so attempts do not multiply.
+
+A reply that stopped on the token limit (`finish_reason == "length"`) is returned, not raised: `reply.truncated`
+is True and the caller decides (retry with a larger `max_completion_tokens`, ask for a shorter answer, or call
+`reply.require_complete()` to turn it into `LLMError(kind="truncated")`). Truncated text must never be treated as
+complete code.
+
+In replay mode the SDK client is never constructed, so no network is touched. One client may be shared by
+several threads. `cancel()` is terminal: pending retry waits stop at once, callers blocked on an in-flight request
+return at once with `LLMError(kind="cancelled")` (the HTTP client is closed; the abandoned request finishes or
+times out on its own daemon thread, unobserved), and every later call raises the same; `close()` does the same
+without counting as a cancellation.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+import tenacity
+
+from agent.llm.cassette import Cassette, canonical_request
+from agent.llm.config import LLMConfig
+from agent.llm.errors import LLMError
+from agent.llm.retry import RetryWait, is_retryable, to_llm_error
+from agent.llm.usage import TokenUsage, UsageMeter
+
+__all__ = ["LLMClient", "LLMReply"]
+
+logger = logging.getLogger(__name__)
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True)
+class LLMReply:
+    """One completion. `cost_usd` is None when prices are unknown; `reasoning` is the separated reasoning text
+    (`reasoning_content` / `reasoning`) when the endpoint sent one."""
+
+    text: str
+    finish_reason: str | None
+    model: str | None
+    usage: TokenUsage
+    cost_usd: float | None
+    from_cassette: bool
+    latency_s: float
+    reasoning: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """True when the reply stopped on the token limit: the text is incomplete."""
+        return self.finish_reason == "length"
+
+    def require_complete(self) -> LLMReply:
+        """This reply, or `LLMError(kind="truncated")` when it stopped on the token limit."""
+        if self.truncated:
+            raise LLMError(
+                kind="truncated",
+                message=(
+                    f"the reply stopped on the token limit after {self.usage.completion_tokens} completion tokens "
+                    f"(reasoning: {self.usage.reasoning_tokens}); raise max_completion_tokens "
+                    f"(KFORGE_LLM_MAX_COMPLETION_TOKENS) or ask for a shorter answer"
+                ),
+            )
+        return self
+
+
+class LLMClient:
+    """Thread-safe chat-completion client over an `LLMConfig` (see the module docstring)."""
+
+    def __init__(self, config: LLMConfig, *, meter: UsageMeter | None = None) -> None:
+        if not isinstance(config, LLMConfig):
+            raise TypeError(f"LLMClient needs an LLMConfig, got {type(config).__name__}")
+        mode = config.resolved_cassette_mode()
+        if mode != "replay" and not (config.model and (config.base_url or config.api_key)):
+            raise ValueError(
+                "LLMClient needs an endpoint: set KFORGE_LLM_MODEL and KFORGE_LLM_BASE_URL and/or KFORGE_LLM_API_KEY "
+                f"(or replay an existing cassette with KFORGE_CASSETTE); got {config!r}"
+            )
+        self.config = config
+        self.usage = meter if meter is not None else UsageMeter.from_config(config)
+        self.cassette: Cassette | None = Cassette(config.cassette, mode) if mode is not None else None
+        self._sdk: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._waiters: set[threading.Event] = set()
+        self._cancelled = False
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, *, meter: UsageMeter | None = None, **overrides: Any) -> LLMClient:
+        """`LLMClient(LLMConfig.from_env(**overrides))`."""
+        return cls(LLMConfig.from_env(**overrides), meter=meter)
+
+    def __repr__(self) -> str:
+        mode = self.cassette.mode if self.cassette else None
+        return f"LLMClient(model={self.config.model!r}, base_url={self.config.base_url!r}, cassette_mode={mode!r})"
+
+    @property
+    def cassette_mode(self) -> str | None:
+        return self.cassette.mode if self.cassette is not None else None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    # -- lifecycle --------------------------------------------------------------------------------------------
+    def _sdk_client(self) -> openai.OpenAI:
+        with self._lock:
+            self._raise_if_stopped()
+            if self._sdk is None:
+                self._sdk = openai.OpenAI(
+                    base_url=self.config.base_url,
+                    api_key=self.config.api_key or "unused",
+                    max_retries=0,
+                    timeout=self.config.request_timeout_s,
+                )
+            return self._sdk
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop.is_set():
+            what = "cancelled" if self._cancelled else "closed"
+            raise LLMError(kind="cancelled", message=f"the LLM client was {what}; no further calls are made")
+
+    def cancel(self) -> None:
+        """Stop pending retries, abandon in-flight requests and refuse later calls (`LLMError` "cancelled")."""
+        self._cancelled = True
+        self._shutdown()
+
+    def close(self) -> None:
+        """Close the HTTP client and the cassette; later calls raise `LLMError(kind="cancelled")`."""
+        self._closed = True
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        with self._lock:
+            sdk, self._sdk = self._sdk, None
+            for waiter in self._waiters:
+                waiter.set()
+        if sdk is not None:
+            try:
+                sdk.close()
+            except Exception:  # closing under an in-flight request may complain; the request is abandoned anyway
+                logger.debug("error closing the HTTP client", exc_info=True)
+        if self.cassette is not None:
+            self.cassette.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- calls ------------------------------------------------------------------------------------------------
+    def complete(self, messages: Sequence[Mapping[str, Any]], *, tag: str = "") -> LLMReply:
+        """One chat completion for `messages` (OpenAI-style dicts with "role" and "content").
+
+        `tag` labels the call in the usage meter (the generator passes the function name). Raises `LLMError`
+        (see `LLM_ERROR_KINDS`); a truncated reply is returned with `truncated=True`.
+        """
+        _check_messages(messages)
+        self._raise_if_stopped()
+        self.usage.check_budget()
+        request = canonical_request(self.config.model, messages, self.config.generation_parameters())
+        started = time.monotonic()
+        if self.cassette is not None and self.cassette.mode == "replay":
+            response = dict(self.cassette.lookup(request).response)
+            from_cassette = True
+        else:
+            response = self._call_endpoint(request)
+            from_cassette = False
+        latency = time.monotonic() - started
+        usage = TokenUsage.from_dict(response.get("usage"))
+        if self.cassette is not None and self.cassette.mode == "record":
+            try:
+                self.cassette.record(request, response, tag=tag)
+            except RuntimeError as exc:  # closed by close()/cancel() while this call was finishing
+                if not self._stop.is_set():
+                    raise
+                raise self._cancelled_error() from exc
+        record = self.usage.record(
+            tag=tag,
+            model=response.get("model") or self.config.model,
+            usage=usage,
+            from_cassette=from_cassette,
+            latency_s=latency,
+            finish_reason=response.get("finish_reason"),
+        )
+        reply = LLMReply(
+            text=response.get("text") or "",
+            finish_reason=response.get("finish_reason"),
+            model=response.get("model") or self.config.model,
+            usage=usage,
+            cost_usd=record.cost_usd,
+            from_cassette=from_cassette,
+            latency_s=latency,
+            reasoning=response.get("reasoning"),
+        )
+        if reply.truncated:
+            logger.info("LLM reply for tag %r stopped on the token limit (finish_reason=length)", tag)
+        return reply
+
+    def _call_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(cfg.max_retries + 1),
+            wait=RetryWait(initial_s=cfg.retry_initial_wait_s, max_wait_s=cfg.retry_max_wait_s),
+            retry=tenacity.retry_if_exception(is_retryable),
+            sleep=self._interruptible_sleep,
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(self._attempt, request)
+        except LLMError:
+            raise
+        except openai.OpenAIError as exc:
+            if self._stop.is_set():
+                raise self._cancelled_error() from exc
+            attempts = retrying.statistics.get("attempt_number")
+            raise to_llm_error(exc, attempts=attempts) from exc
+
+    def _cancelled_error(self) -> LLMError:
+        what = "cancelled" if self._cancelled else "closed"
+        return LLMError(kind="cancelled", message=f"the LLM client was {what} during the call")
+
+    def _interruptible_sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise self._cancelled_error()
+
+    def _attempt(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        sdk = self._sdk_client()
+        params = request["parameters"]
+        kwargs: dict[str, Any] = {"model": request["model"], "messages": request["messages"]}
+        if params["temperature"] is not None:
+            kwargs["temperature"] = params["temperature"]
+        if params["max_tokens"] is not None:
+            kwargs["max_tokens"] = params["max_tokens"]
+        # Sent through extra_body so that SDK versions without these named arguments still pass them on.
+        body = dict(params["extra_body"])
+        if params["max_completion_tokens"] is not None:
+            body["max_completion_tokens"] = params["max_completion_tokens"]
+        if params["reasoning_effort"] is not None:
+            body["reasoning_effort"] = params["reasoning_effort"]
+        if body:
+            kwargs["extra_body"] = body
+        return _response_dict(self._create_abandonable(sdk, kwargs))
+
+    def _create_abandonable(self, sdk: openai.OpenAI, kwargs: dict[str, Any]) -> Any:
+        """`chat.completions.create` on a daemon thread, so that `cancel()` can abandon it at once.
+
+        Closing an httpx client does not interrupt a request blocked on another thread; the caller therefore waits
+        for either the request or the stop signal, and a cancelled request finishes (or times out) unobserved.
+        """
+        wake = threading.Event()
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = sdk.chat.completions.create(**kwargs)
+            except BaseException as exc:  # handed to the waiting caller
+                box["error"] = exc
+            finally:
+                wake.set()
+
+        with self._lock:
+            self._raise_if_stopped()
+            self._waiters.add(wake)
+        try:
+            threading.Thread(target=work, name="kforge-llm-request", daemon=True).start()
+            wake.wait()
+        finally:
+            with self._lock:
+                self._waiters.discard(wake)
+        if "result" in box:
+            return box["result"]
+        if "error" in box and not self._stop.is_set():
+            raise box["error"]
+        raise self._cancelled_error() from box.get("error")
+
+
+def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+            raise ValueError(f"messages[{i}] must be a dict with 'role' and 'content', got {message!r:.200}")
+        if message["role"] not in _ROLES:
+            raise ValueError(f"messages[{i}] has unknown role {message['role']!r}; expected one of {sorted(_ROLES)}")
+
+
+def _response_dict(completion: Any) -> dict[str, Any]:
+    """The cassette/LLMReply view of an SDK `ChatCompletion`."""
+    choices = getattr(completion, "choices", None) or []
+    if not choices:
+        raise LLMError(kind="server", message="the endpoint returned a completion with no choices")
+    choice = choices[0]
+    message = choice.message
+    response: dict[str, Any] = {
+        "text": message.content or "",
+        "finish_reason": choice.finish_reason,
+        "model": getattr(completion, "model", None),
+        "usage": TokenUsage.from_openai(getattr(completion, "usage", None)).to_dict(),
+    }
+    reasoning = _reasoning_text(message)
+    if reasoning:
+        response["reasoning"] = reasoning
+    return response
+
+
+def _reasoning_text(message: Any) -> str | None:
+    extra = getattr(message, "model_extra", None) or {}
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(message, name, None)
+        if value is None:
+            value = extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _log_retry(retry_state: tenacity.RetryCallState) -> None:
+    exc = retry_state.outcome.exception() if retry_state.outcome is not None else None
+    wait = retry_state.next_action.sleep if retry_state.next_action is not None else 0.0
+    logger.info("LLM call attempt %d failed (%s: %s); retrying in %.2fs", retry_state.attempt_number,
+                type(exc).__name__, exc, wait)

@@ -1,0 +1,267 @@
+"""Token usage and spend: `TokenUsage` of one reply, and `UsageMeter`, which sums calls per tag and per run.
+
+Cost is estimated from the configured prices (USD per million tokens; completion tokens include reasoning tokens,
+as OpenAI-style endpoints report them). With a price unknown, the cost is None and no budget can be enforced
+(`LLMConfig` refuses a budget without prices). The budget check runs before each call: once the estimated spend
+reaches the budget, the next call raises `LLMError(kind="budget")`. Calls already in flight on other threads finish,
+so the spend can overshoot the budget by at most those calls.
+
+Replayed (cassette) calls are counted like live ones, with the recorded token counts, so a replayed run stops at
+the same point as the recorded run did; they are flagged `from_cassette` and counted separately in `summary()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from agent.llm.errors import LLMError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from agent.llm.config import LLMConfig
+
+__all__ = ["TokenUsage", "UsageMeter", "UsageRecord", "estimate_cost_usd"]
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Tokens of one call (or a sum). `reasoning_tokens` is None when the endpoint did not report it."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int | None = None
+    total_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Alias of `total_tokens`."""
+        return self.total_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        if not isinstance(other, TokenUsage):
+            return NotImplemented
+        reasoning = None
+        if self.reasoning_tokens is not None or other.reasoning_tokens is not None:
+            reasoning = (self.reasoning_tokens or 0) + (other.reasoning_tokens or 0)
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            reasoning_tokens=reasoning,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> TokenUsage:
+        """From a dict with OpenAI's usage keys (missing keys count as 0; total defaults to prompt + completion)."""
+        if not data:
+            return cls()
+        prompt = int(data.get("prompt_tokens") or 0)
+        completion = int(data.get("completion_tokens") or 0)
+        reasoning = data.get("reasoning_tokens")
+        if reasoning is None:
+            details = data.get("completion_tokens_details") or {}
+            reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
+        total = data.get("total_tokens")
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            reasoning_tokens=None if reasoning is None else int(reasoning),
+            total_tokens=int(total) if total is not None else prompt + completion,
+        )
+
+    @classmethod
+    def from_openai(cls, usage: Any) -> TokenUsage:
+        """From the SDK's `CompletionUsage` object (or None when the endpoint sent no usage)."""
+        if usage is None:
+            return cls()
+        details = getattr(usage, "completion_tokens_details", None)
+        reasoning = getattr(details, "reasoning_tokens", None) if details is not None else None
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        total = getattr(usage, "total_tokens", None)
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            reasoning_tokens=None if reasoning is None else int(reasoning),
+            total_tokens=int(total) if total is not None else prompt + completion,
+        )
+
+
+def estimate_cost_usd(
+    usage: TokenUsage, input_price_per_mtok: float | None, output_price_per_mtok: float | None
+) -> float | None:
+    """USD cost of `usage` at the given prices per million tokens; None when a price is unknown."""
+    if input_price_per_mtok is None or output_price_per_mtok is None:
+        return None
+    return (usage.prompt_tokens * input_price_per_mtok + usage.completion_tokens * output_price_per_mtok) / 1e6
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One metered call."""
+
+    tag: str
+    model: str | None
+    usage: TokenUsage
+    cost_usd: float | None
+    from_cassette: bool
+    latency_s: float
+    finish_reason: str | None
+    timestamp: float
+
+
+class UsageMeter:
+    """Thread-safe per-call usage log with per-tag and per-run sums, cost estimate and budget stop."""
+
+    def __init__(
+        self,
+        *,
+        input_price_per_mtok: float | None = None,
+        output_price_per_mtok: float | None = None,
+        budget_usd: float | None = None,
+    ) -> None:
+        if budget_usd is not None and (input_price_per_mtok is None or output_price_per_mtok is None):
+            raise ValueError("a cost budget needs both input and output prices (USD per million tokens)")
+        self.input_price_per_mtok = input_price_per_mtok
+        self.output_price_per_mtok = output_price_per_mtok
+        self.budget_usd = budget_usd
+        self._lock = threading.Lock()
+        self._records: list[UsageRecord] = []
+
+    @classmethod
+    def from_config(cls, config: LLMConfig) -> UsageMeter:
+        return cls(
+            input_price_per_mtok=config.input_price_per_mtok,
+            output_price_per_mtok=config.output_price_per_mtok,
+            budget_usd=config.cost_budget_usd,
+        )
+
+    @property
+    def prices_known(self) -> bool:
+        return self.input_price_per_mtok is not None and self.output_price_per_mtok is not None
+
+    def estimate_cost(self, usage: TokenUsage) -> float | None:
+        return estimate_cost_usd(usage, self.input_price_per_mtok, self.output_price_per_mtok)
+
+    @property
+    def spent_usd(self) -> float | None:
+        """Estimated spend of all recorded calls; None when prices are unknown."""
+        with self._lock:
+            return self._spent_locked()
+
+    def _spent_locked(self) -> float | None:
+        if not self.prices_known:
+            return None
+        return sum(r.cost_usd or 0.0 for r in self._records)
+
+    def check_budget(self) -> None:
+        """Raise `LLMError(kind="budget")` when the estimated spend has reached the budget."""
+        if self.budget_usd is None:
+            return
+        with self._lock:
+            spent = self._spent_locked() or 0.0
+        if spent >= self.budget_usd:
+            raise LLMError(
+                kind="budget",
+                message=(
+                    f"LLM cost budget reached: spent ~${spent:.4f} of ${self.budget_usd:.4f} "
+                    f"(cost_budget_usd / KFORGE_LLM_BUDGET_USD); raise the budget to continue"
+                ),
+            )
+
+    def record(
+        self,
+        *,
+        tag: str,
+        model: str | None,
+        usage: TokenUsage,
+        from_cassette: bool,
+        latency_s: float,
+        finish_reason: str | None = None,
+    ) -> UsageRecord:
+        """Log one call and return its record (with the estimated cost)."""
+        rec = UsageRecord(
+            tag=tag,
+            model=model,
+            usage=usage,
+            cost_usd=self.estimate_cost(usage),
+            from_cassette=from_cassette,
+            latency_s=latency_s,
+            finish_reason=finish_reason,
+            timestamp=time.time(),
+        )
+        with self._lock:
+            self._records.append(rec)
+        return rec
+
+    @property
+    def records(self) -> tuple[UsageRecord, ...]:
+        with self._lock:
+            return tuple(self._records)
+
+    def total(self) -> TokenUsage:
+        """Summed tokens of the run."""
+        return sum((r.usage for r in self.records), TokenUsage())
+
+    def by_tag(self) -> dict[str, dict[str, Any]]:
+        """Per-tag sums: {tag: {calls, cassette_calls, prompt_tokens, ..., cost_usd, latency_s}}."""
+        groups: dict[str, list[UsageRecord]] = {}
+        for rec in self.records:
+            groups.setdefault(rec.tag, []).append(rec)
+        return {tag: self._sum(recs) for tag, recs in sorted(groups.items())}
+
+    def _sum(self, recs: list[UsageRecord]) -> dict[str, Any]:
+        usage = sum((r.usage for r in recs), TokenUsage())
+        return {
+            "calls": len(recs),
+            "cassette_calls": sum(1 for r in recs if r.from_cassette),
+            "truncated_calls": sum(1 for r in recs if r.finish_reason == "length"),
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "total_tokens": usage.total_tokens,
+            "cost_usd": sum(r.cost_usd or 0.0 for r in recs) if self.prices_known else None,
+            "latency_s": sum(r.latency_s for r in recs),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """Run totals plus `per_tag` sums, prices and budget (`cost_usd` None when prices are unknown)."""
+        run = self._sum(list(self.records))
+        return {
+            **run,
+            "input_price_per_mtok": self.input_price_per_mtok,
+            "output_price_per_mtok": self.output_price_per_mtok,
+            "budget_usd": self.budget_usd,
+            "per_tag": self.by_tag(),
+        }
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per call: tag, model, tokens, cost_usd, from_cassette, latency_s, finish_reason, timestamp."""
+        import pandas as pd
+
+        columns = [
+            "tag", "model", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd",
+            "from_cassette", "latency_s", "finish_reason", "timestamp",
+        ]
+        rows = [
+            {
+                "tag": r.tag,
+                "model": r.model,
+                **r.usage.to_dict(),
+                "cost_usd": r.cost_usd,
+                "from_cassette": r.from_cassette,
+                "latency_s": r.latency_s,
+                "finish_reason": r.finish_reason,
+                "timestamp": r.timestamp,
+            }
+            for r in self.records
+        ]
+        return pd.DataFrame(rows, columns=columns)
