@@ -119,8 +119,16 @@ def _print_table(title: str, frame: pd.DataFrame | None) -> None:
     if frame is None or frame.empty:
         print("(none)")
         return
-    with pd.option_context("display.max_columns", None, "display.width", 200, "display.max_colwidth", 80):
-        print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    shown = frame.copy()
+    for column in shown.columns:
+        if shown[column].dtype == object:
+            shown[column] = shown[column].map(lambda v: _clip(v) if isinstance(v, str) else v)
+    print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
+
+
+def _clip(text: str, width: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------------------------

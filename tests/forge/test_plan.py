@@ -17,9 +17,10 @@ from tests.forge.providers_for_tests import DoublingReluProvider, FastGeluProvid
 
 def _gelu_plan() -> tuple[KernelOptimizationPlan, torch.Tensor]:
     x = torch.randn(4, 16)
+    sample = Sample((x,), {"approximate": "none"})  # how nn.GELU calls F.gelu
     provider = FastGeluProvider()
-    provider.prepare([Sample((x,), {})])
-    entry = PlanEntry(provider=provider, signatures=(Sample((x,), {}),), latency_ms=0.5, baseline_ms=1.0)
+    provider.prepare([sample])
+    entry = PlanEntry(provider=provider, signatures=(sample,), latency_ms=0.5, baseline_ms=1.0)
     return KernelOptimizationPlan(entries=(entry,)), x
 
 
