@@ -454,7 +454,9 @@ def _describe_value(value: Any) -> str:
         return value.describe()
     if isinstance(value, (tuple, list)):
         inner = ", ".join(_describe_value(v) for v in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        if isinstance(value, tuple):
+            return f"({inner},)" if len(value) == 1 else f"({inner})"
+        return f"[{inner}]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {_describe_value(v)}" for k, v in value.items()) + "}"
     return repr(value)

@@ -24,7 +24,7 @@ from tests.forge.providers_for_tests import (
     WrongGeluProvider,
 )
 
-FAST_UTILS = KernelUtils(fresh_inputs_per_sample=1, rounds=15, warmup=2)
+FAST_UTILS = KernelUtils(fresh_inputs_per_sample=1, rounds=15, warmup=2, min_run_time_s=0.05)
 
 
 class GeluNet(nn.Module):
