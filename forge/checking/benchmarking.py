@@ -1,0 +1,246 @@
+"""`benchmark`: time one pass over a sample distribution, with the defences that keep timings honest.
+
+A pass calls `fn` once per sample, in order (samples may repeat). Before every pass, warm-up or timed, the
+inputs are cloned afresh when all inputs of a pass together take at most 64 MB (and the previous two passes'
+clones are kept alive, so no pass sees the addresses of the one before: caching by `data_ptr` does not pay off);
+bigger inputs rotate between two cloned sets. Cloning, and then the L2 flush, happen outside the timed region.
+
+On CUDA: CUDA events around the pass, an L2 flush (zeroing a 256 MB buffer) before each timed pass, and a
+device-wide `torch.cuda.synchronize()` followed by a second end event, so work the candidate queued on other
+streams is counted: a pass takes `max(current-stream time, all-streams time - calibrated sync overhead)`. On CPU:
+`time.perf_counter` around each pass. Everything runs under `torch.no_grad()`. Timed passes continue until at
+least `rounds` ran and `min_run_time_s` of wall time was spent in the timing loop (at most 10,000 passes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from forge.checking.inputs import as_sample, materialise
+from forge.samples import Sample, clone_value, iter_tensors
+
+__all__ = ["BenchmarkResult", "benchmark"]
+
+_SMALL_INPUT_BYTES = 64 << 20
+_L2_FLUSH_BYTES = 256 << 20
+_MAX_ROUNDS = 10_000
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Per-pass time statistics in milliseconds."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    min_ms: float
+    runs: int
+    device: str
+
+    @property
+    def spread(self) -> float:
+        """Relative inter-quartile range, `(q75 - q25) / median`."""
+        iqr = self.q75_ms - self.q25_ms
+        if self.median_ms > 0:
+            return iqr / self.median_ms
+        return 0.0 if iqr == 0 else math.inf
+
+    def speedup_over(self, other: BenchmarkResult) -> float:
+        """`other.median / self.median` (> 1 means self is faster)."""
+        self._check_comparable(other)
+        if self.median_ms <= 0:
+            return math.inf if other.median_ms > 0 else 1.0
+        return other.median_ms / self.median_ms
+
+    def is_faster_than(self, other: BenchmarkResult, min_gain: float = 0.03) -> bool:
+        """True only when the gain is beyond the noise: `self.q75 < other.q25` and speedup > `1 + min_gain`."""
+        if min_gain < 0:
+            raise ValueError(f"min_gain must be >= 0, got {min_gain}")
+        self._check_comparable(other)
+        return self.q75_ms < other.q25_ms and self.speedup_over(other) > 1.0 + min_gain
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "spread": self.spread}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchmarkResult:
+        try:
+            return cls(
+                median_ms=float(data["median_ms"]),
+                q25_ms=float(data["q25_ms"]),
+                q75_ms=float(data["q75_ms"]),
+                min_ms=float(data["min_ms"]),
+                runs=int(data["runs"]),
+                device=str(data["device"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"invalid benchmark result {data!r}: {exc}") from exc
+
+    def _check_comparable(self, other: BenchmarkResult) -> None:
+        if not isinstance(other, BenchmarkResult):
+            raise TypeError(f"expected a BenchmarkResult, got {type(other).__name__}")
+        if self.device != other.device:
+            raise ValueError(f"cannot compare timings from different devices ({self.device} vs {other.device})")
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(times_ms: Sequence[float], device: str) -> BenchmarkResult:
+    """Statistics of per-pass times."""
+    if not times_ms:
+        raise ValueError("no timings to summarise")
+    ordered = sorted(times_ms)
+    return BenchmarkResult(
+        median_ms=_quantile(ordered, 0.5),
+        q25_ms=_quantile(ordered, 0.25),
+        q75_ms=_quantile(ordered, 0.75),
+        min_ms=ordered[0],
+        runs=len(ordered),
+        device=device,
+    )
+
+
+def _materialise(samples: Sequence[Sample]) -> list[Sample]:
+    generator = torch.Generator().manual_seed(0)
+    return [materialise(as_sample(sample, index), generator) for index, sample in enumerate(samples)]
+
+
+def _device_of(samples: Sequence[Sample]) -> torch.device:
+    devices = [t.device for s in samples for t in iter_tensors((s.args, s.kwargs))]
+    for device in devices:
+        if device.type == "cuda":
+            return device
+    return devices[0] if devices else torch.device("cpu")
+
+
+class _InputSource:
+    """Fresh clones per pass (small inputs, last two passes kept alive) or two rotating clone sets."""
+
+    def __init__(self, samples: list[Sample]) -> None:
+        self._samples = samples
+        nbytes = sum(t.untyped_storage().nbytes() for s in samples for t in iter_tensors((s.args, s.kwargs)))
+        self.fresh = nbytes <= _SMALL_INPUT_BYTES
+        self._alive: list[list[Sample]] = []
+        self._rotation = [] if self.fresh else [self._clone(), self._clone()]
+        self._turn = 0
+
+    def _clone(self) -> list[Sample]:
+        return [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))) for s in self._samples]
+
+    def next(self) -> list[Sample]:
+        if not self.fresh:
+            self._turn ^= 1
+            return self._rotation[self._turn]
+        inputs = self._clone()
+        self._alive = [*self._alive[-1:], inputs]  # this pass and the previous one stay alive
+        return inputs
+
+
+def _run_pass(fn: Callable[..., Any], inputs: list[Sample]) -> None:
+    for sample in inputs:
+        fn(*sample.args, **sample.kwargs)
+
+
+class _CudaTimer:
+    def __init__(self, device: torch.device, flush_l2: bool) -> None:
+        self.device = device
+        self.flush = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_l2 else None
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end_stream = torch.cuda.Event(enable_timing=True)
+        self.end_all = torch.cuda.Event(enable_timing=True)
+        self.sync_overhead_ms = self._calibrate()
+
+    def _events(self) -> tuple[float, float]:
+        torch.cuda.synchronize(self.device)
+        self.end_all.record()
+        self.end_all.synchronize()
+        return self.start.elapsed_time(self.end_stream), self.start.elapsed_time(self.end_all)
+
+    def _calibrate(self) -> float:
+        overheads = []
+        for _ in range(21):
+            self.start.record()
+            self.end_stream.record()
+            stream_ms, all_ms = self._events()
+            overheads.append(all_ms - stream_ms)
+        return sorted(overheads)[len(overheads) // 2]
+
+    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample]) -> float:
+        if self.flush is not None:
+            self.flush.zero_()
+        self.start.record()
+        _run_pass(fn, inputs)
+        self.end_stream.record()
+        stream_ms, all_ms = self._events()
+        return max(stream_ms, all_ms - self.sync_overhead_ms)
+
+
+def benchmark(
+    fn: Callable[..., Any],
+    samples: Sequence[Sample],
+    *,
+    warmup: int = 5,
+    rounds: int = 30,
+    min_run_time_s: float = 0.25,
+    flush_l2: bool = True,
+) -> BenchmarkResult:
+    """Time passes of `fn` over `samples` (see the module docstring); exceptions from `fn` propagate."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if warmup < 0 or rounds < 1 or min_run_time_s < 0:
+        raise ValueError(
+            f"need warmup >= 0, rounds >= 1 and min_run_time_s >= 0 (got {warmup}, {rounds}, {min_run_time_s})"
+        )
+    materialised = _materialise(samples)
+    if not materialised:
+        raise ValueError("benchmark needs at least one sample")
+    device = _device_of(materialised)
+    source = _InputSource(materialised)
+    with torch.no_grad():
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                timer = _CudaTimer(device, flush_l2)
+                time_pass = timer.time_pass
+                times = _timing_loop(fn, source, time_pass, warmup, rounds, min_run_time_s, device)
+        else:
+            times = _timing_loop(fn, source, _time_cpu_pass, warmup, rounds, min_run_time_s, device)
+    return summarize(times, str(device))
+
+
+def _time_cpu_pass(fn: Callable[..., Any], inputs: list[Sample]) -> float:
+    start = time.perf_counter()
+    _run_pass(fn, inputs)
+    return (time.perf_counter() - start) * 1e3
+
+
+def _timing_loop(
+    fn: Callable[..., Any],
+    source: _InputSource,
+    time_pass: Callable[[Callable[..., Any], list[Sample]], float],
+    warmup: int,
+    rounds: int,
+    min_run_time_s: float,
+    device: torch.device,
+) -> list[float]:
+    for _ in range(warmup):
+        inputs = source.next()
+        _run_pass(fn, inputs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    times: list[float] = []
+    loop_start = time.perf_counter()
+    while len(times) < rounds or (time.perf_counter() - loop_start < min_run_time_s and len(times) < _MAX_ROUNDS):
+        inputs = source.next()
+        times.append(time_pass(fn, inputs))
+    return times

@@ -1,0 +1,236 @@
+"""The oracle rejects bad candidates: each known way of being wrong (or of cheating) in its own test."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from forge.checking import validate
+from forge.samples import Sample
+
+
+def _layer_norm_samples(dtype: torch.dtype = torch.float32) -> list[Sample]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 32, generator=g).to(dtype)
+    w = torch.randn(32, generator=g).to(dtype)
+    b = torch.randn(32, generator=g).to(dtype)
+    return [Sample((x, (32,), w, b), {"eps": 1e-5})]
+
+
+def _softmax_samples() -> list[Sample]:
+    g = torch.Generator().manual_seed(2)
+    return [
+        Sample((torch.randn(3, 16, generator=g),), {"dim": -1}),
+        Sample((torch.randn(2, 5, 8, generator=g),), {"dim": 1}),
+    ]
+
+
+def test_rejects_value_off_by_one_percent_fp32():
+    errors = validate(F.layer_norm, lambda *a, **k: F.layer_norm(*a, **k) * 1.01, _layer_norm_samples())
+    assert errors
+    assert "outside tolerance" in errors[0]
+
+
+def test_rejects_zeros():
+    errors = validate(F.softmax, lambda x, dim: torch.zeros_like(x), _softmax_samples())
+    assert any("outside tolerance" in e for e in errors)
+
+
+def test_rejects_bf16_offset_of_one_tenth():
+    errors = validate(F.layer_norm, lambda *a, **k: F.layer_norm(*a, **k) + 0.1, _layer_norm_samples(torch.bfloat16))
+    assert any("outside tolerance" in e for e in errors)
+
+
+def test_rejects_wrong_shape():
+    errors = validate(F.softmax, lambda x, dim: F.softmax(x, dim=dim).unsqueeze(0), _softmax_samples())
+    assert errors and all("shape" in e for e in errors)
+
+
+def test_rejects_wrong_dtype():
+    errors = validate(F.softmax, lambda x, dim: F.softmax(x.double(), dim=dim), _softmax_samples())
+    assert errors and "dtype torch.float64 instead of torch.float32" in errors[0]
+
+
+def test_rejects_wrong_device():
+    errors = validate(F.softmax, lambda x, dim: F.softmax(x, dim=dim).to("meta"), _softmax_samples())
+    assert errors and "device meta instead of cpu" in errors[0]
+
+
+def test_rejects_nan_where_reference_is_finite():
+    def candidate(x, dim):
+        out = F.softmax(x, dim=dim)
+        out.view(-1)[0] = float("nan")
+        return out
+
+    errors = validate(F.softmax, candidate, _softmax_samples())
+    assert errors and "NaN/inf" in errors[0]
+    assert "index (0, 0): expected" in errors[0] and "got nan" in errors[0]
+
+
+def test_rejects_finite_where_reference_is_nan():
+    sample = [Sample((torch.randn(64, generator=torch.Generator().manual_seed(3)),), {})]
+    errors = validate(torch.sqrt, lambda x: torch.sqrt(x).nan_to_num(0.0), sample)
+    assert errors and "expected NaN, got 0" in errors[0]
+
+
+def test_rejects_inf_with_wrong_sign():
+    sample = [Sample((torch.tensor([0.0, 1.0, 2.0, 0.0]),), {})]
+    errors = validate(torch.log, lambda x: torch.log(x).abs(), sample, fresh_inputs_per_sample=0)
+    assert errors and "expected -inf, got inf" in errors[0]
+
+
+def test_rejects_unwritten_output():
+    errors = validate(F.softmax, lambda x, dim: torch.empty_like(x), _softmax_samples())
+    assert errors
+
+
+def test_rejects_partly_written_output_thanks_to_poisoned_allocations():
+    def candidate(x, dim):
+        out = torch.empty_like(x)
+        out[..., :-1] = F.softmax(x, dim=dim)[..., :-1]  # last column never written
+        return out
+
+    errors = validate(F.softmax, candidate, [Sample((torch.randn(6, 16),), {"dim": 0})], fresh_inputs_per_sample=0)
+    assert errors
+    assert any("filled with NaN" in e or "NaN/inf" in e or "outside tolerance" in e for e in errors)
+
+
+def test_rejects_mutated_input():
+    def candidate(x, dim):
+        out = F.softmax(x, dim=dim)
+        x.zero_()
+        return out
+
+    errors = validate(F.softmax, candidate, _softmax_samples())
+    assert errors and "input args[0]: the candidate modified an input the reference leaves unchanged" in errors[0]
+
+
+def test_rejects_non_deterministic_result():
+    calls = {"n": 0}
+
+    def candidate(x, dim):
+        calls["n"] += 1
+        return F.softmax(x, dim=dim) + 1e-8 * calls["n"]  # within tolerance, but never the same twice
+
+    errors = validate(F.softmax, candidate, _softmax_samples())
+    assert errors and all("non-deterministic" in e for e in errors)
+    calls["n"] = 0
+    assert validate(F.softmax, candidate, _softmax_samples(), require_deterministic=False) == []
+
+
+def test_rejects_tensor_subclass_output():
+    class LazyTensor(torch.Tensor):
+        pass
+
+    errors = validate(F.softmax, lambda x, dim: F.softmax(x, dim=dim).as_subclass(LazyTensor), _softmax_samples())
+    assert errors and "torch.Tensor subclass" in errors[0]
+
+
+def test_candidate_exception_becomes_an_error_string():
+    def candidate(x, dim):
+        raise RuntimeError("kernel exploded")
+
+    errors = validate(F.softmax, candidate, _softmax_samples())
+    assert len(errors) == 6  # 2 samples x (captured + 2 fresh)
+    assert errors[0].startswith("sample 0 (captured)")
+    assert "candidate raised RuntimeError: kernel exploded" in errors[0]
+    assert "sample 1 (fresh #2)" in errors[-1]
+
+
+def test_candidate_system_exit_does_not_escape():
+    def candidate(x, dim):
+        raise SystemExit(3)
+
+    errors = validate(F.softmax, candidate, _softmax_samples()[:1], fresh_inputs_per_sample=0)
+    assert errors and "candidate raised SystemExit" in errors[0]
+
+
+def test_rejects_candidate_right_only_on_first_call():
+    state = {"calls": 0}
+
+    def candidate(x, dim):
+        state["calls"] += 1
+        return F.softmax(x, dim=dim) if state["calls"] == 1 else torch.full_like(x, 1.0 / x.shape[dim])
+
+    errors = validate(F.softmax, candidate, _softmax_samples()[:1], fresh_inputs_per_sample=0)
+    assert errors and "run 2" in errors[0]
+
+
+def test_fresh_inputs_catch_a_candidate_memoised_by_shape():
+    cache: dict = {}
+
+    def candidate(x, dim):
+        key = (tuple(x.shape), dim)
+        if key not in cache:
+            cache[key] = F.softmax(x, dim=dim)
+        return cache[key].clone()
+
+    samples = _softmax_samples()
+    assert validate(F.softmax, candidate, samples, fresh_inputs_per_sample=0) == []  # captured inputs alone pass
+    cache.clear()
+    errors = validate(F.softmax, candidate, samples)
+    assert errors and errors[0].startswith("sample 0 (fresh #1)")
+
+
+def test_rejects_wrong_integer_output():
+    def candidate(x, kernel_size, return_indices):
+        values, indices = F.max_pool2d(x, kernel_size, return_indices=True)
+        return values, indices + 1
+
+    sample = [Sample((torch.randn(1, 2, 4, 4), 2), {"return_indices": True})]
+    errors = validate(F.max_pool2d, candidate, sample)
+    assert errors and "output[1]: " in errors[0] and "must match exactly" in errors[0]
+
+
+def test_rejects_wrong_container_and_non_tensor_leaf():
+    def reference(x):
+        return (x * 2, x.shape[0])
+
+    sample = [Sample((torch.randn(3),), {})]
+    as_list = validate(reference, lambda x: [x * 2, x.shape[0]], sample)
+    assert as_list and "expected a tuple, got list" in as_list[0]
+    wrong_int = validate(reference, lambda x: (x * 2, 4), sample)
+    assert wrong_int and "output[1]: expected int 3, got int 4" in wrong_int[0]
+
+
+def test_rejects_in_place_op_that_does_not_update_its_input():
+    sample = [Sample((torch.randn(4, 8),), {"inplace": True})]
+    errors = validate(F.relu, lambda x, inplace: torch.clamp(x, min=0), sample)
+    assert errors and "input args[0] (updated in place by the reference)" in errors[0]
+
+
+def test_rejects_in_place_op_that_returns_a_copy():
+    def candidate(x, inplace):
+        x.clamp_(min=0)
+        return x.clone()
+
+    errors = validate(F.relu, candidate, [Sample((torch.randn(4, 8),), {"inplace": True})])
+    assert errors and "does not share that input's memory" in errors[0]
+
+
+def test_reference_failure_on_captured_sample_is_an_error_string():
+    def reference(x):
+        raise ValueError("unsupported input")
+
+    errors = validate(reference, lambda x: x, [Sample((torch.randn(2),), {})])
+    assert len(errors) == 1
+    assert "sample 0 (captured)" in errors[0] and "the reference raised ValueError: unsupported input" in errors[0]
+
+
+def test_error_messages_name_sample_leaf_index_and_values():
+    def candidate(x):
+        values = x.sort(dim=-1).values
+        values[1, 2] += 1.0
+        return {"sorted": values, "pair": (x.sum(-1), x.argmax(-1))}
+
+    def reference(x):
+        return {"sorted": x.sort(dim=-1).values, "pair": (x.sum(-1), x.argmax(-1))}
+
+    samples = [Sample((torch.randn(2, 3),), {}), Sample((torch.randn(3, 5),), {})]
+    errors = validate(reference, candidate, samples)
+    first = errors[0]
+    assert first.startswith("sample 0 (captured) (f32[2,3])")
+    assert 'output["sorted"]: 1 of 6 elements outside tolerance' in first
+    assert "max abs error 1, max rel error" in first
+    assert "worst at index (1, 2): expected" in first and "got" in first
+    assert any(e.startswith("sample 1 (fresh #1) (f32[3,5])") for e in errors)
