@@ -1,0 +1,77 @@
+"""`KernelLanguage`: what the agent needs to know about one kernel language (screening, loading, running).
+
+A language names itself, says how its sources are fenced in LLM replies and stored on disk, screens a source
+statically, imports a stored source and returns its entry callable, and tells the sandbox which environment and
+which exception classes belong to it. Triton is the first; CUDA (through `load_inline`) can slot in later.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from agent.screening.violation import Violation
+
+__all__ = ["ExceptionClass", "KernelLanguage"]
+
+ExceptionClass = Literal["compile_error", "runtime_error"]
+
+
+class KernelLanguage(ABC):
+    """One kernel language. Subclasses set the class attributes and implement `screen` and `device_types`."""
+
+    name: ClassVar[str]
+    file_suffix: ClassVar[str] = ".py"
+    fence_tags: ClassVar[tuple[str, ...]] = ("python", "py")
+    entry_point: ClassVar[str] = "kernel_function"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    @abstractmethod
+    def screen(self, source: str, function_name: str | None = None) -> list[Violation]:
+        """Static checks of a candidate source; empty = allowed. `function_name` is the op being implemented."""
+
+    @abstractmethod
+    def device_types(self) -> tuple[str, ...]:
+        """torch device types this language's kernels run on (e.g. `("cuda", "cpu")`)."""
+
+    def load(self, path: str | Path, module_name: str) -> Callable:
+        """Import the source file at `path` as module `module_name` and return its entry callable.
+
+        Raises whatever the import raises, or `AttributeError`/`TypeError` with a clear message when the entry point
+        is missing or not callable. The module is registered in `sys.modules` (Triton and dataclasses need it).
+        """
+        path = Path(path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import kernel source {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(module_name, None)
+            raise
+        entry = getattr(module, self.entry_point, None)
+        if entry is None:
+            raise AttributeError(f"kernel source {path.name} defines no `{self.entry_point}`")
+        if not callable(entry):
+            raise TypeError(f"`{self.entry_point}` in {path.name} is a {type(entry).__name__}, not a function")
+        return entry
+
+    def child_environment(self, device_type: str) -> dict[str, str]:
+        """Extra environment variables for a sandbox child running kernels on `device_type`."""
+        return {}
+
+    def classify_exception(self, exc: BaseException) -> ExceptionClass:
+        """Whether an exception raised while running a candidate is a compile error of this language."""
+        return "runtime_error"
+
+    def compile_log(self, exc: BaseException) -> str:
+        """The compiler's message for a compile error (an excerpt is shown to the agent)."""
+        return str(exc)

@@ -1,0 +1,122 @@
+"""`TritonLanguage`: Triton kernels launched from a Python `kernel_function` wrapper.
+
+Screening adds Triton's own names to the common policy (`triton.jit`, `autotune`, `heuristics`, `Config`, `cdiv`,
+`next_power_of_2`, device queries through `triton.runtime.driver.active`, and all of `triton.language` that stays
+inside `triton.language`), then checks the file's structure: a top-level `def kernel_function(...)`, at least one
+`@triton.jit` function, and a launch `kernel[grid](...)` in `kernel_function` or a helper it calls. On a machine
+without a GPU the sandbox runs Triton kernels on CPU tensors through the interpreter (`TRITON_INTERPRET=1`), where a
+failure inside a kernel body (what the GPU compiler would refuse) surfaces as `InterpreterError`.
+"""
+
+from __future__ import annotations
+
+import types
+
+from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.screening import policy
+from agent.screening.python_ast import PythonRules, analyse_python
+from agent.screening.violation import Violation
+
+__all__ = ["TRITON_ALLOWED", "TritonLanguage", "triton_reference_problem"]
+
+TRITON_ALLOWED: frozenset[str] = frozenset(
+    {
+        "triton.jit", "triton.autotune", "triton.heuristics", "triton.Config", "triton.cdiv",
+        "triton.next_power_of_2", "triton.__version__", "triton.language",
+        "triton.runtime.driver.active.get_current_device", "triton.runtime.driver.active.get_current_target",
+        "triton.runtime.driver.active.get_active_torch_device",
+        "triton.runtime.driver.active.utils.get_device_properties",
+    }
+)
+_TRITON_NAMESPACES = frozenset(
+    {"triton.runtime", "triton.runtime.driver", "triton.runtime.driver.active", "triton.runtime.driver.active.utils"}
+)
+_COMPILE_ERROR_NAMES = {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct",
+                        "InterpreterError", "OutOfResources", "PTXASError"}
+
+
+def triton_reference_problem(qualname: str) -> str | None:
+    """Why a reference to `triton.<...>` is refused, or None."""
+    if qualname in TRITON_ALLOWED:
+        return None
+    parts = qualname.split(".")
+    if qualname.startswith("triton.language."):
+        if any(p.startswith("_") and p not in policy.SAFE_DUNDERS for p in parts[2:]):
+            return f"{qualname} is a private Triton internal"
+        for i in range(3, len(parts) + 1):
+            value = policy.lookup(".".join(parts[:i]))
+            if isinstance(value, types.ModuleType) and not value.__name__.startswith("triton.language"):
+                return f"{qualname} leaves triton.language (reaches module {value.__name__})"
+        return None
+    return (f"{qualname} is not on the Triton allow-list (triton.jit, autotune, heuristics, Config, cdiv, "
+            "next_power_of_2, triton.language.*, triton.runtime.driver.active device queries)")
+
+
+TRITON_RULES = PythonRules(
+    extra_import_roots=frozenset({"triton"}),
+    reference_rules={"triton": triton_reference_problem},
+    namespaces=_TRITON_NAMESPACES,
+    device_decorators=frozenset({"triton.jit"}),
+)
+
+
+class TritonLanguage(KernelLanguage):
+    """Triton: `@triton.jit` kernels plus a Python `kernel_function` that allocates outputs and launches them."""
+
+    name = "triton"
+    file_suffix = ".py"
+    fence_tags = ("python", "py", "triton")
+    entry_point = "kernel_function"
+
+    def screen(self, source: str, function_name: str | None = None) -> list[Violation]:
+        analysis = analyse_python(source, TRITON_RULES, function_name)
+        violations = list(analysis.violations)
+        if analysis.tree is None:
+            return violations
+        entry = self.entry_point
+        fn = analysis.functions.get(entry)
+        if fn is None:
+            violations.append(Violation(entry, 0, f"no top-level `def {entry}(...)`: the file must define it as the "
+                                        "entry point the harness calls with the op's arguments", "structure"))
+        elif entry in analysis.device_functions:
+            violations.append(Violation(entry, fn.lineno, f"`{entry}` must be a plain Python wrapper that launches "
+                                        "@triton.jit kernels, not a @triton.jit kernel itself", "structure"))
+        if not analysis.device_functions - {entry}:
+            violations.append(Violation("@triton.jit", 0, "no @triton.jit kernel: the computation must be written as "
+                                        "a Triton kernel", "structure"))
+        elif fn is not None and entry not in analysis.device_functions and not any(
+            analysis.launches.get(name) for name in analysis.reachable_functions(entry)
+        ):
+            violations.append(Violation(entry, fn.lineno, f"`{entry}` never launches a @triton.jit kernel (expected "
+                                        f"`kernel[grid](...)` in {entry} or a helper it calls)", "structure"))
+        return violations
+
+    def device_types(self) -> tuple[str, ...]:
+        """CUDA (also ROCm builds of torch) and, through the Triton interpreter, CPU."""
+        return ("cuda", "cpu")
+
+    def child_environment(self, device_type: str) -> dict[str, str]:
+        return {"TRITON_INTERPRET": "1"} if device_type == "cpu" else {}
+
+    def classify_exception(self, exc: BaseException) -> ExceptionClass:
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            module = type(current).__module__ or ""
+            if module.startswith("triton") and (
+                type(current).__name__ in _COMPILE_ERROR_NAMES or module.startswith("triton.compiler")
+            ):
+                return "compile_error"
+            current = current.__cause__ or current.__context__
+        return "runtime_error"
+
+    def compile_log(self, exc: BaseException) -> str:
+        parts: list[str] = []
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen and len(parts) < 4:
+            seen.add(id(current))
+            parts.append(f"{type(current).__module__}.{type(current).__qualname__}: {current}")
+            current = current.__cause__
+        return "\n".join(parts)

@@ -1,0 +1,464 @@
+"""Static screening of candidate kernels: every banned construct class and aliasing trick is refused with its name and
+line; clean Triton files pass; the structural requirements (entry point, jit kernel, launch) hold."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from agent.languages import KernelLanguage, TritonLanguage, get_language, language_names, register_language
+from agent.screening import Violation, format_violations, has_syntax_error, screen_source
+
+CLEAN = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+    def kernel_function(input, inplace=False):
+        x = input.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        # INSERT
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)
+        _relu_kernel[grid](x, y, n, BLOCK=128)
+        return y.view(input.shape)
+    """
+)
+
+
+def with_body(snippet: str, header: str = "") -> str:
+    """The clean kernel with `snippet` inside kernel_function and `header` after the imports."""
+    body = textwrap.indent(textwrap.dedent(snippet).strip("\n"), "    ")
+    source = CLEAN.replace("    # INSERT", body)
+    return source.replace("import triton.language as tl\n", "import triton.language as tl\n" + header + "\n", 1)
+
+
+def constructs(source: str, function_name: str = "relu") -> list[str]:
+    return [v.construct for v in screen_source(source, function_name, "triton")]
+
+
+def assert_refused(source: str, construct: str, function_name: str = "relu", line: int | None = None) -> Violation:
+    violations = screen_source(source, function_name, "triton")
+    matching = [v for v in violations if v.construct == construct]
+    assert matching, f"expected a violation for {construct!r}, got {format_violations(violations) or 'none'}"
+    found = matching[0]
+    assert found.kind == "forbidden"
+    assert found.line > 0
+    if line is not None:
+        assert found.line == line
+    bare = construct.lstrip(".").removesuffix("()")
+    assert bare in found.message, f"message does not name {bare!r}: {found.message}"
+    return found
+
+
+def line_of(source: str, needle: str) -> int:
+    for number, text in enumerate(source.splitlines(), start=1):
+        if needle in text:
+            return number
+    raise AssertionError(f"{needle!r} not in source")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Clean sources pass
+# ---------------------------------------------------------------------------------------------------------
+def test_clean_triton_kernel_passes() -> None:
+    assert screen_source(CLEAN, "relu", "triton") == []
+
+
+def test_clean_softmax_with_autotune_helper_and_metadata_passes() -> None:
+    source = textwrap.dedent(
+        """
+        import math
+        import functools
+        import torch
+        import torch.nn.functional as F  # imported but unused: every use would be refused
+        import triton
+        import triton.language as tl
+        from triton.runtime import driver
+
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 32}, num_warps=1)], key=["n_cols"])
+        @triton.heuristics({"EVEN": lambda args: args["n_cols"] % 2 == 0})
+        @triton.jit
+        def _softmax_kernel(x_ptr, y_ptr, stride, n_cols, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+            row = tl.program_id(0)
+            offs = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + row * stride + offs, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
+            x = x - x.max(axis=0)
+            num = tl.exp(x)
+            acc = num @ tl.trans(num[None, :])
+            tl.store(y_ptr + row * stride + offs, num / num.sum(axis=0), mask=offs < n_cols)
+
+
+        def _launch(x, y):
+            rows, cols = x.shape
+            _softmax_kernel[(rows,)](x, y, x.stride(0), cols)
+
+
+        @functools.lru_cache(maxsize=None)
+        def _block(n: int) -> int:
+            return triton.next_power_of_2(max(n, 16))
+
+
+        def kernel_function(input, dim=-1, _stacklevel=3, dtype=None):
+            x = input.contiguous().view(-1, input.shape[-1])
+            y = torch.empty_like(x, dtype=torch.float32)
+            lowest = torch.finfo(x.dtype).min
+            info = torch.iinfo(torch.int32)
+            assert info.max > 0 and lowest < 0 and math.isfinite(1.0)
+            if x.is_cuda:
+                sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+                props = driver.active.utils.get_device_properties(x.device.index)
+                del sms, props
+            with torch.no_grad():
+                _launch(x, y)
+            return y.to(input.dtype).view(input.shape)
+        """
+    )
+    assert screen_source(source, "softmax", "triton") == []
+
+
+def test_jit_wrapped_by_call_and_launched_through_a_variable_passes() -> None:
+    source = CLEAN.replace("@triton.jit\n", "").replace(
+        "def kernel_function", "relu_k = triton.jit(_relu_kernel)\n\n\ndef kernel_function"
+    ).replace("_relu_kernel[grid]", "k = relu_k\n    k[grid]")
+    assert screen_source(source, "relu", "triton") == []
+
+
+def test_parameters_may_shadow_builtins_that_are_banned_elsewhere() -> None:
+    source = with_body("input = input.contiguous()\ncompile = 1\nopen = compile + 1")
+    assert screen_source(source, "relu") == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PyTorch fallbacks and aliasing tricks
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("header", "snippet", "construct", "function_name"),
+    [
+        ("import torch.nn.functional as F", "y = F.relu(x)", "torch.nn.functional.relu", "relu"),
+        ("", "y = torch.nn.functional.relu(x)", "torch.nn.functional.relu", "relu"),
+        ("import torch.nn.functional as F", "y = F.gelu(x)", "torch.nn.functional.gelu", "relu"),
+        ("", "y = torch.relu(x)", "torch.relu", "relu"),
+        ("", "y = x.relu()", ".relu", "relu"),
+        ("", "y = x.clamp_min(0)", ".clamp_min", "relu"),
+        ("", "y = torch.Tensor.relu(x)", "torch.Tensor.relu", "relu"),
+        ("import torch.nn.functional as G", "y = G.softmax(x, -1)", "torch.nn.functional.softmax", "softmax"),
+        ("from torch.nn.functional import softmax as s", "y = s(x, -1)", "torch.nn.functional.softmax", "softmax"),
+        ("from torch.nn import functional as Fn", "y = Fn.softmax(x, -1)", "torch.nn.functional.softmax", "softmax"),
+        ("from torch import softmax", "y = softmax(x, -1)", "torch.softmax", "softmax"),
+        ("", "t = torch\ny = t.softmax(x, -1)", "torch.softmax", "softmax"),
+        ("", "t = torch\nu = t\ny = u.nn.functional.softmax(x, -1)", "torch.nn.functional.softmax", "softmax"),
+        ("", "y = getattr(torch, 'softmax')(x, -1)", "torch.softmax", "softmax"),
+        ("", "y = getattr(x, 'softmax')(-1)", ".softmax", "softmax"),
+        ("", "f = x.softmax\ny = f(-1)", ".softmax", "softmax"),
+        ("", "y = x.softmax(-1)", ".softmax", "softmax"),
+        ("", "y = x.layer_norm((4,))", ".layer_norm", "layer_norm"),
+        ("", "y = torch.layer_norm(x, (4,))", "torch.layer_norm", "layer_norm"),
+        ("", "y = torch.matmul(x, x)", "torch.matmul", "linear"),
+        ("", "y = torch.mm(x, x)", "torch.mm", "linear"),
+        ("", "y = torch.bmm(x, x)", "torch.bmm", "linear"),
+        ("", "y = torch.addmm(x, x, x)", "torch.addmm", "linear"),
+        ("", "y = torch.einsum('ij,jk->ik', x, x)", "torch.einsum", "linear"),
+        ("", "y = torch.conv2d(x, x)", "torch.conv2d", "conv2d"),
+        ("", "y = x.matmul(x)", ".matmul", "linear"),
+        ("", "y = x @ x", "@", "linear"),
+        ("", "y = torch.ops.aten.relu(x)", "torch.ops.aten.relu", "relu"),
+        ("", "y = torch.nn.ReLU()(x)", "torch.nn.ReLU", "relu"),
+        ("", "y = torch.compile(kernel_function)", "torch.compile", "relu"),
+        ("", "y = torch.jit.script(kernel_function)", "torch.jit.script", "relu"),
+        ("", "y = torch.where(x > 0, x, 0.0)", "torch.where", "relu"),
+    ],
+)
+def test_pytorch_fallbacks_and_aliases_are_refused(header: str, snippet: str, construct: str,
+                                                   function_name: str) -> None:
+    source = with_body(snippet, header)
+    assert_refused(source, construct, function_name)
+    flagged_lines = {v.line for v in screen_source(source, function_name) if v.construct == construct}
+    written_lines = {line_of(source, text) for text in [*snippet.splitlines(), *header.splitlines()]}
+    assert flagged_lines and flagged_lines <= written_lines
+
+
+def test_reference_op_is_named_as_such() -> None:
+    found = assert_refused(with_body("y = torch.relu(x)"), "torch.relu", "relu")
+    assert "reference op" in found.message
+
+
+def test_getattr_with_a_computed_name_is_refused() -> None:
+    assert_refused(with_body("name = 'soft' + 'max'\ny = getattr(torch, name)(x, -1)"), "getattr", "softmax")
+    assert_refused(with_body("y = getattr(x, 'soft' + 'max')(-1)"), "getattr", "softmax")
+    assert_refused(with_body("g = getattr\ny = g(torch, 'relu')(x)"), "getattr", "relu")
+
+
+@pytest.mark.parametrize(
+    ("header", "snippet", "construct"),
+    [
+        ("import torch as T", "y = T.nn.functional.relu(x)", "torch.nn.functional.relu"),
+        ("from torch import nn", "y = nn.functional.relu(x)", "torch.nn.functional.relu"),
+        ("from torch import nn as N", "y = N.ReLU()(x)", "torch.nn.ReLU"),
+        ("", "y = torch.Tensor.__dict__['relu'](x)", ".__dict__"),
+        ("", "y = type(x).relu(x)", ".relu"),
+        ("", "y = [torch][0].ops.aten.relu(x)", "torch"),
+        ("", "y = (lambda m: m.ops.aten.gelu)(torch)(x)", "torch"),
+        ("class Holder:\n    m = torch\n", "y = Holder.m.ops.aten.gelu(x)", "torch"),
+        ("", "m = torch if x is not None else None", "torch"),
+        ("", "(m := torch)\ny = m.relu(x)", "torch.relu"),
+        ("import typing", "mods = typing.sys.modules", "typing.sys.modules"),
+        ("import typing", "hints = typing.get_type_hints(kernel_function)", "typing.get_type_hints"),
+        ("import dataclasses", "ins = dataclasses.inspect", "dataclasses.inspect"),
+        ("", "b = tl.core.builtins", "triton.language.core.builtins"),
+        ("from typing import sys as s", "mods = s.modules", "typing.sys"),
+        ("import torch._dynamo", "pass", "torch._dynamo"),
+        ("", "mods = torch.sys.modules", "torch.sys.modules"),
+        ("", "y = x.__matmul__(x)", ".__matmul__"),
+        ("", "y = x.apply_(abs)", ".apply_"),
+        ("", "fn = torch.autograd.Function", "torch.autograd.Function"),
+        ("", "try:\n    pass\nexcept Exception as e:\n    fr = e.__traceback__", ".__traceback__"),
+        ("import functools", "y = functools.reduce(getattr, ['nn', 'functional', 'relu'], torch)", "getattr"),
+        ("", "dt = torch.float32\nz = dt.relu(x)", ".relu"),
+    ],
+)
+def test_aliasing_and_reflection_bypasses_are_refused(header: str, snippet: str, construct: str) -> None:
+    assert_refused(with_body(snippet, header), construct)
+
+
+def test_attributes_of_allowed_values_are_judged_as_values() -> None:
+    source = with_body("dt = torch.float32\nsize = dt.itemsize\nsigned = torch.float32.is_signed")
+    assert screen_source(source, "relu") == []
+
+
+def test_modules_passed_as_values_are_refused() -> None:
+    source = with_body("y = helper(torch)", header="def helper(m):\n    return m.ops.aten.relu\n")
+    assert_refused(source, "torch")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Escapes: processes, network, FFI, threads, introspection, dynamic code, files, streams, subclasses, patching
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("header", "snippet", "construct"),
+    [
+        ("import subprocess", "subprocess.run(['ls'])", "import subprocess"),
+        ("import subprocess", "subprocess.run(['ls'])", "subprocess.run"),
+        ("import os", "os.system('ls')", "os.system"),
+        ("import os", "os.popen('ls')", "os.popen"),
+        ("import os", "os.execv('/bin/ls', ['ls'])", "os.execv"),
+        ("import os", "os.fork()", "os.fork"),
+        ("import os", "os.kill(0, 9)", "os.kill"),
+        ("import os", "os.remove('f')", "os.remove"),
+        ("import os", "k = os.environ.get('OPENAI_API_KEY')", "os.environ.get"),
+        ("from os import system", "system('ls')", "from os import"),
+        ("import socket", "socket.socket()", "import socket"),
+        ("import urllib.request", "urllib.request.urlopen('http://x')", "import urllib.request"),
+        ("import http.client", "pass", "import http.client"),
+        ("import requests", "requests.get('http://x')", "import requests"),
+        ("import ctypes", "ctypes.CDLL(None)", "import ctypes"),
+        ("import cffi", "pass", "import cffi"),
+        ("import threading", "threading.Thread(target=print).start()", "import threading"),
+        ("import multiprocessing", "pass", "import multiprocessing"),
+        ("from concurrent.futures import ThreadPoolExecutor", "pass", "from concurrent.futures import"),
+        ("import sys", "f = sys._getframe(1)", "sys._getframe"),
+        ("import inspect", "f = inspect.currentframe()", "import inspect"),
+        ("import gc", "objs = gc.get_objects()", "import gc"),
+        ("import importlib", "m = importlib.import_module('os')", "import importlib"),
+        ("import shutil", "shutil.rmtree('/tmp/x')", "import shutil"),
+        ("import pathlib", "pathlib.Path('f').write_text('x')", "import pathlib"),
+        ("import time", "t = time.perf_counter()", "import time"),
+        ("import numpy as np", "a = np.zeros(3)", "import numpy"),
+        ("import json", "pass", "import json"),
+        ("from . import helpers", "pass", "from . import"),
+        ("from torch import *", "pass", "from torch import *"),
+    ],
+)
+def test_escape_modules_are_refused(header: str, snippet: str, construct: str) -> None:
+    assert_refused(with_body(snippet, header), construct)
+
+
+@pytest.mark.parametrize(
+    ("snippet", "construct"),
+    [
+        ("g = globals()", "globals()"),
+        ("g = locals()", "locals()"),
+        ("g = vars(x)", "vars()"),
+        ("m = __import__('os')", "__import__()"),
+        ("b = __builtins__", "__builtins__"),
+        ("eval('1 + 1')", "eval()"),
+        ("exec('y = 1')", "exec()"),
+        ("c = compile('1', 'f', 'eval')", "compile()"),
+        ("fh = open('/tmp/out', 'w')", "open()"),
+        ("fh = open('/etc/passwd')", "open()"),
+        ("setattr(torch, 'relu', print)", "setattr()"),
+        ("delattr(x, 'y')", "delattr()"),
+        ("frame = x.f_back", ".f_back"),
+        ("frame = x.f_locals", ".f_locals"),
+        ("frame = x.f_globals", ".f_globals"),
+        ("code = kernel_function.__globals__", ".__globals__"),
+        ("subs = ().__class__.__bases__[0].__subclasses__()", ".__subclasses__"),
+        ("s = torch.cuda.Stream()", "torch.cuda.Stream"),
+        ("ctx = torch.cuda.stream(None)", "torch.cuda.stream"),
+        ("e = torch.cuda.Event(enable_timing=True)", "torch.cuda.Event"),
+        ("torch.cuda.synchronize()", "torch.cuda.synchronize"),
+        ("x.record_stream(None)", ".record_stream"),
+        ("t = torch.Tensor._make_subclass(torch.Tensor, x)", ".__class__" if False else "._make_subclass"),
+        ("t = x.as_subclass(torch.Tensor)", ".as_subclass"),
+        ("torch.relu = print", "torch.relu"),
+        ("triton.cdiv = print", "triton.cdiv"),
+        ("tl.load = print", "triton.language.load"),
+        ("y = triton.testing.do_bench(print)", "triton.testing.do_bench"),
+        ("y = torch._C._nn.gelu(x)", "torch._C._nn.gelu"),
+        ("torch.manual_seed(0)", "torch.manual_seed"),
+    ],
+)
+def test_introspection_dynamic_code_files_streams_and_patching_are_refused(snippet: str, construct: str) -> None:
+    assert_refused(with_body(snippet), construct)
+
+
+def test_monkey_patching_time_is_refused_even_when_imported() -> None:
+    source = with_body("time.perf_counter = lambda: 0.0", header="import time")
+    assert_refused(source, "import time")
+    assert_refused(source, "time.perf_counter")
+
+
+def test_builtin_smuggled_through_defaults_or_rebinding_is_refused() -> None:
+    assert_refused(with_body("pass", header="def helper(e=eval):\n    return e('1')\n"), "eval()")
+    assert_refused(with_body("pass", header="eval = eval\n"), "eval()")
+    assert_refused(with_body("ys = [ev for ev in [eval]]"), "eval()")
+
+
+def test_tensor_subclass_and_torch_function_hooks_are_refused() -> None:
+    header = textwrap.dedent(
+        """
+        class Lazy(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+        """
+    )
+    source = with_body("pass", header)
+    assert_refused(source, "torch.Tensor")
+    assert_refused(source, "__torch_function__")
+    dispatch = with_body("pass", "class M:\n    def __torch_dispatch__(self, *a):\n        return None\n")
+    assert_refused(dispatch, "__torch_dispatch__")
+
+
+def test_forbidden_names_inside_jit_kernels_are_refused_too() -> None:
+    source = CLEAN.replace("tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+                           "tl.store(y_ptr + offs, torch.relu(x), mask=mask)")
+    assert_refused(source, "torch.relu")
+
+
+def test_every_violation_names_construct_and_line_and_renders() -> None:
+    source = with_body("y = torch.relu(x)\nz = x.relu()", header="import os")
+    violations = screen_source(source, "relu")
+    assert {v.construct for v in violations} >= {"import os", "torch.relu", ".relu"}
+    rendered = format_violations(violations)
+    for v in violations:
+        assert f"line {v.line}:" in rendered
+        assert v.to_dict()["construct"] == v.construct
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Structure and syntax
+# ---------------------------------------------------------------------------------------------------------
+def test_syntax_error_is_one_syntax_violation_with_the_parser_message() -> None:
+    source = CLEAN.replace("def kernel_function(input, inplace=False):", "def kernel_function(input, inplace=False)")
+    violations = screen_source(source, "relu")
+    assert len(violations) == 1 and has_syntax_error(violations)
+    assert violations[0].line == line_of(source, "def kernel_function(")
+    assert "expected ':'" in violations[0].message
+
+
+def test_missing_kernel_function_is_refused() -> None:
+    source = CLEAN.replace("def kernel_function(", "def run(")
+    violations = screen_source(source, "relu")
+    assert [(v.construct, v.kind) for v in violations] == [("kernel_function", "structure")]
+    assert "def kernel_function" in violations[0].message
+
+
+def test_nested_kernel_function_does_not_count() -> None:
+    source = CLEAN.replace("def kernel_function(", "def outer():\n    pass\n\n\ndef _kernel_function(") + (
+        "\n\nclass Holder:\n    def kernel_function(self):\n        return None\n"
+    )
+    assert "kernel_function" in constructs(source)
+
+
+def test_no_jit_kernel_is_refused() -> None:
+    source = CLEAN.replace("@triton.jit\n", "")
+    violations = screen_source(source, "relu")
+    assert ("@triton.jit", "structure") in [(v.construct, v.kind) for v in violations]
+
+
+def test_jit_kernel_never_launched_is_refused() -> None:
+    source = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "    y.zero_()\n")
+    violations = screen_source(source, "relu")
+    assert [(v.construct, v.kind) for v in violations] == [("kernel_function", "structure")]
+    assert "never launches" in violations[0].message
+
+
+def test_launch_outside_kernel_function_does_not_count() -> None:
+    source = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "") + (
+        "\n\ndef unused(x, y):\n    _relu_kernel[(1,)](x, y, 1, BLOCK=128)\n"
+    )
+    assert "kernel_function" in constructs(source)
+
+
+def test_launch_through_a_helper_counts() -> None:
+    source = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "    _go(x, y, n, grid)\n") + (
+        "\n\ndef _go(x, y, n, grid):\n    _relu_kernel[grid](x, y, n, BLOCK=128)\n"
+    )
+    assert screen_source(source, "relu") == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Language registry
+# ---------------------------------------------------------------------------------------------------------
+def test_language_registry() -> None:
+    triton_lang = get_language("triton")
+    assert isinstance(triton_lang, TritonLanguage)
+    assert get_language(triton_lang) is triton_lang
+    assert "triton" in language_names()
+    assert triton_lang.file_suffix == ".py" and "python" in triton_lang.fence_tags
+    assert set(triton_lang.device_types()) >= {"cuda", "cpu"}
+    assert triton_lang.child_environment("cpu") == {"TRITON_INTERPRET": "1"}
+    assert triton_lang.child_environment("cuda") == {}
+    with pytest.raises(ValueError, match="unknown kernel language 'cobol'"):
+        get_language("cobol")
+    with pytest.raises(TypeError):
+        register_language("triton")  # type: ignore[arg-type]
+
+
+def test_screen_source_dispatches_to_a_registered_language() -> None:
+    class Strict(KernelLanguage):
+        name = "strict-test"
+
+        def screen(self, source: str, function_name: str | None = None) -> list[Violation]:
+            return [Violation("everything", 1, "refused by the strict test language")]
+
+        def device_types(self) -> tuple[str, ...]:
+            return ("cpu",)
+
+    register_language(Strict())
+    assert [v.construct for v in screen_source(CLEAN, "relu", "strict-test")] == ["everything"]
+    assert screen_source(CLEAN, "relu", Strict()) != []
+
+
+def test_triton_load_imports_the_file_and_returns_the_entry(tmp_path) -> None:
+    path = tmp_path / "k.py"
+    path.write_text("def kernel_function(x):\n    return x + 1\n")
+    entry = get_language("triton").load(path, "kforge_test_load_module")
+    assert entry(1) == 2
+    path.write_text("VALUE = 1\n")
+    with pytest.raises(AttributeError, match="defines no `kernel_function`"):
+        get_language("triton").load(path, "kforge_test_load_module2")
