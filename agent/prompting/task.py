@@ -1,0 +1,249 @@
+"""What the agent is asked to build: `KernelTask` (one functional op, its sampled calls, the target device) and
+`ModuleTask` (a KernelBench-format module problem).
+
+Both are frozen; they hold the samples as given (live tensors or `TensorSpec`s) and never compare them (eq=False),
+since tensors do not compare to a bool. `signature_key()` is a stable hash of what a kernel must serve (function,
+call signatures, device, language), suitable as part of a kernel-cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agent.roofline import device_description, samples_device
+from forge.functional import original_function
+from forge.samples import Sample, TensorSpec, map_values, sample_to_json, spec_sample, value_to_json
+
+__all__ = ["KernelTask", "ModuleTask", "SampleEntry", "SUPPORTED_LANGUAGES"]
+
+SUPPORTED_LANGUAGES = ("triton",)
+
+
+@dataclass(frozen=True, eq=False)
+class SampleEntry:
+    """One distinct call signature: the sample, how often it was called and its share of the function's time."""
+
+    sample: Sample
+    count: int | None = None
+    time_share: float | None = None  # fraction in [0, 1] of the function's measured time
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sample, Sample):
+            raise TypeError(
+                f"SampleEntry.sample must be a forge.samples.Sample, got {type(self.sample).__name__}"
+            )
+        if self.count is not None and (not isinstance(self.count, int) or self.count < 0):
+            raise ValueError(f"call count must be a non-negative int, got {self.count!r}")
+        if self.time_share is not None and not (
+            isinstance(self.time_share, (int, float)) and math.isfinite(self.time_share) and 0 <= self.time_share <= 1
+        ):
+            raise ValueError(
+                f"time_share must be a fraction in [0, 1] (e.g. 0.25 for 25%), got {self.time_share!r}"
+            )
+
+
+def _entry(item: Any) -> SampleEntry:
+    if isinstance(item, SampleEntry):
+        return item
+    if isinstance(item, Sample):
+        return SampleEntry(item)
+    if isinstance(item, tuple) and len(item) in (2, 3) and isinstance(item[1], Sample):
+        count, sample = item[0], item[1]
+        share = item[2] if len(item) == 3 else None
+        return SampleEntry(sample, count=count, time_share=share)
+    raise TypeError(
+        f"expected a Sample, a (count, Sample) or (count, Sample, time_share) tuple, or a SampleEntry; got "
+        f"{type(item).__name__}"
+    )
+
+
+def _check_language(language: str) -> None:
+    if language not in SUPPORTED_LANGUAGES:
+        raise ValueError(
+            f"unsupported kernel language {language!r}; the prompts are written for: {', '.join(SUPPORTED_LANGUAGES)}"
+        )
+
+
+def _check_capability(capability: Any) -> tuple[int, int] | None:
+    if capability is None:
+        return None
+    try:
+        major, minor = capability
+        return int(major), int(minor)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"compute capability must be a (major, minor) pair such as (9, 0), got {capability!r}"
+        ) from None
+
+
+def _key_json(value: Any) -> Any:
+    """JSON of a value by layout only (tensors without value statistics)."""
+    return value_to_json(map_values(value, lambda v: TensorSpec.of(v, with_stats=False) if isinstance(
+        v, torch.Tensor) else v))
+
+
+@dataclass(frozen=True, eq=False)
+class KernelTask:
+    """One `torch.nn.functional` function to implement for the given calls on one device."""
+
+    function: str
+    samples: tuple[SampleEntry, ...]
+    device_name: str = "CPU (Triton interpreter)"
+    compute_capability: tuple[int, int] | None = None
+    language: str = "triton"
+
+    def __post_init__(self) -> None:
+        original_function(self.function)  # clear error for names that are not replaceable functions
+        entries = tuple(_entry(item) for item in self.samples)
+        if not entries:
+            raise ValueError(f"a kernel task for {self.function!r} needs at least one sample")
+        object.__setattr__(self, "samples", entries)
+        object.__setattr__(self, "compute_capability", _check_capability(self.compute_capability))
+        _check_language(self.language)
+
+    @classmethod
+    def from_samples(
+        cls,
+        function: str,
+        samples: Iterable[Any],
+        device: str | torch.device | None = None,
+        *,
+        time_shares: Sequence[float] | None = None,
+        language: str = "triton",
+    ) -> KernelTask:
+        """A task whose device name and capability come from `device` (default: the samples' first tensor device).
+
+        `samples`: Samples, (count, Sample) pairs (as `SampleCounter.items()` gives), (count, Sample, time_share)
+        triples or SampleEntry objects. `time_shares`, if given, sets each entry's share (same order).
+        """
+        entries = [_entry(item) for item in samples]
+        if time_shares is not None:
+            if len(time_shares) != len(entries):
+                raise ValueError(f"got {len(time_shares)} time shares for {len(entries)} samples; give one per sample")
+            entries = [SampleEntry(e.sample, e.count, share) for e, share in zip(entries, time_shares, strict=True)]
+        target = torch.device(device) if device is not None else samples_device(e.sample for e in entries)
+        name, capability = device_description(target)
+        return cls(function, tuple(entries), name, capability, language)
+
+    @property
+    def sample_list(self) -> list[Sample]:
+        return [e.sample for e in self.samples]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"torch.nn.functional.{self.function}"
+
+    @property
+    def is_interpreter(self) -> bool:
+        return self.device_name.startswith("CPU")
+
+    def signature_key(self) -> str:
+        """sha256 of the function, every call signature (layouts and argument values), device and language."""
+        payload = {
+            "function": self.function,
+            "samples": [sample_to_json(spec_sample(s, with_stats=False)) for s in self.sample_list],
+            "device": self.device_name,
+            "capability": list(self.compute_capability) if self.compute_capability else None,
+            "language": self.language,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleTask:
+    """A KernelBench-format problem: the reference source (`Model`, `get_inputs`, `get_init_inputs`) and its inputs.
+
+    `inputs` are the forward arguments (tensors, `TensorSpec`s or plain values), `init_inputs` the constructor
+    arguments. `dtype`, when set, is the precision the harness casts the model and floating inputs to.
+    """
+
+    source: str
+    inputs: tuple
+    init_inputs: tuple = ()
+    name: str = "Model"
+    device_name: str = "CPU (Triton interpreter)"
+    compute_capability: tuple[int, int] | None = None
+    dtype: torch.dtype | None = None
+    language: str = "triton"
+
+    def __post_init__(self) -> None:
+        if "class Model" not in self.source:
+            raise ValueError("a module problem's source must define `class Model(nn.Module)` (KernelBench format)")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "init_inputs", tuple(self.init_inputs))
+        object.__setattr__(self, "compute_capability", _check_capability(self.compute_capability))
+        if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {self.dtype!r}")
+        _check_language(self.language)
+
+    @classmethod
+    def from_source(
+        cls,
+        source: str,
+        *,
+        name: str = "Model",
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        language: str = "triton",
+    ) -> ModuleTask:
+        """Run the (trusted) problem's `get_inputs()` / `get_init_inputs()` on the meta device to learn the inputs.
+
+        Meta tensors cost no memory, so multi-GiB benchmark inputs are fine. Tensor inputs become `TensorSpec`s.
+        """
+        if "class Model" not in source:
+            raise ValueError("a module problem's source must define `class Model(nn.Module)` (KernelBench format)")
+        namespace: dict[str, Any] = {"__name__": f"kernel_forge_problem_{name}"}
+        try:
+            exec(compile(source, f"<problem {name}>", "exec"), namespace)  # noqa: S102 - trusted benchmark source
+        except Exception as exc:
+            raise ValueError(f"could not load problem {name!r}: {type(exc).__name__}: {exc}") from exc
+        if not callable(namespace.get("get_inputs")):
+            raise ValueError(f"problem {name!r} does not define get_inputs() (KernelBench format)")
+        try:
+            with torch.device("meta"):
+                inputs = list(namespace["get_inputs"]())
+                init_inputs = list(namespace["get_init_inputs"]()) if "get_init_inputs" in namespace else []
+        except Exception as exc:
+            raise ValueError(f"could not evaluate the inputs of problem {name!r}: {type(exc).__name__}: {exc}") from exc
+
+        def spec(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor):
+                return value
+            target = dtype if dtype is not None and value.dtype.is_floating_point else value.dtype
+            return TensorSpec(tuple(value.shape), target, "cpu", tuple(value.stride()), int(value.storage_offset()))
+
+        device_name, capability = device_description(torch.device(device) if device is not None else None)
+        return cls(
+            source=source,
+            inputs=tuple(map_values(inputs, spec)),
+            init_inputs=tuple(map_values(init_inputs, spec)),
+            name=name,
+            device_name=device_name,
+            compute_capability=capability,
+            dtype=dtype,
+            language=language,
+        )
+
+    @property
+    def is_interpreter(self) -> bool:
+        return self.device_name.startswith("CPU")
+
+    def signature_key(self) -> str:
+        """sha256 of the source, input layouts, init inputs, dtype, device and language."""
+        payload = {
+            "source": self.source,
+            "inputs": [_key_json(v) for v in self.inputs],
+            "init_inputs": [_key_json(v) for v in self.init_inputs],
+            "dtype": str(self.dtype) if self.dtype is not None else None,
+            "device": self.device_name,
+            "capability": list(self.compute_capability) if self.compute_capability else None,
+            "language": self.language,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

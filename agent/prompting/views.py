@@ -1,0 +1,494 @@
+"""Views of an attempt's outcome for the prompts: `Failure` (why a candidate failed) and `Performance` (how fast
+a correct candidate is, against PyTorch, the roofline floor and the cost of an empty launch).
+
+Both are built leniently from whatever the caller has (`Failure.of(obj)`, `Performance.of(obj)`): a mapping or an
+object with the documented attributes, missing keys skipped. `worst_mismatches` turns a reference/candidate output
+pair into the rows of the mismatch table the fix prompt shows.
+"""
+
+from __future__ import annotations
+
+import math
+import signal as signal_module
+import traceback as traceback_module
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+from agent.roofline import RooflineEstimate
+
+__all__ = [
+    "Failure",
+    "Performance",
+    "ViolationView",
+    "excerpt",
+    "format_time_ms",
+    "worst_mismatches",
+]
+
+# Latency below this multiple of the empty-launch cost (per call) counts as launch/host bound.
+LAUNCH_BOUND_RATIO = 1.5
+LAUNCH_HEAVY_RATIO = 3.0
+# Share of the roofline floor from which a kernel counts as close to the hardware limit.
+NEAR_ROOFLINE_FRACTION = 0.7
+FAR_ROOFLINE_FRACTION = 0.4
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Formatting helpers
+# ---------------------------------------------------------------------------------------------------------
+def format_time_ms(ms: float) -> str:
+    """`0.0421` -> `"42.1 us"`, `1.5` -> `"1.5 ms"` (3 significant digits)."""
+    if ms is None or not math.isfinite(ms):
+        return str(ms)
+    if abs(ms) < 1.0:
+        return f"{ms * 1e3:.3g} us"
+    return f"{ms:.3g} ms"
+
+
+def excerpt(text: str | None, head: int = 1500, tail: int = 3000) -> str | None:
+    """The first `head` and last `tail` characters of `text`, with a marker for what was cut."""
+    if text is None:
+        return None
+    text = str(text).strip("\n")
+    if len(text) <= head + tail + 80:
+        return text
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n... [{cut} characters omitted] ...\n{text[-tail:]}"
+
+
+def _tail_lines(text: str | None, lines: int = 40, chars: int = 4000) -> str | None:
+    if text is None:
+        return None
+    kept = str(text).strip("\n").splitlines()[-lines:]
+    out = "\n".join(kept)
+    return out if len(out) <= chars else "..." + out[-chars:]
+
+
+def _get(obj: Any, key: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _lookup(obj: Any, key: str) -> Any:
+    """`key` from `obj.details` first, then from `obj` itself."""
+    value = _get(_get(obj, "details"), key)
+    return value if value is not None else _get(obj, key)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    if isinstance(value, (list, tuple)):
+        return "\n".join(str(v).rstrip("\n") for v in value)
+    text = value if isinstance(value, str) else str(value)
+    return text if text.strip() else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Failure
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ViolationView:
+    """One forbidden construct: what, where (1-based line, 0/None for the whole file), why, and the source line."""
+
+    construct: str
+    line: int | None
+    message: str
+    source_line: str | None = None
+
+    def describe(self) -> str:
+        where = f"line {self.line}" if self.line else "file"
+        text = f"{where}: `{self.construct}`" if self.construct else where
+        return f"{text} — {self.message}" if self.message else text
+
+
+_KIND_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("no_code", ("no_code", "nocode", "missing_code", "no_block", "empty_reply")),
+    ("truncated", ("truncat", "cut_off")),
+    ("forbidden", ("forbid", "violation", "screen", "reject", "banned", "disallow", "not_allowed")),
+    ("timeout", ("timeout", "timed_out", "time_out", "deadline")),
+    ("crash", ("crash", "signal", "killed", "segfault", "abort")),
+    ("compile", ("compile", "syntax", "import", "load")),
+    ("mismatch", ("mismatch", "incorrect", "wrong", "validat", "numeric", "accuracy", "not_close", "shape", "dtype")),
+    ("runtime", ("runtime", "exception", "raise", "execution")),
+)
+
+HEADLINES: dict[str, str] = {
+    "compile": "the file did not compile (Python import or Triton compilation failed)",
+    "runtime": "the file raised an exception while running",
+    "mismatch": "the results do not match PyTorch",
+    "timeout": "the run did not finish in time",
+    "crash": "the process running your kernel crashed",
+    "forbidden": "the file uses forbidden constructs and was rejected before running",
+    "no_code": "your reply contained no ```python code block",
+    "truncated": "your reply was cut off before the code block was complete",
+    "other": "the attempt failed",
+}
+
+_SIGNAL_HINTS = {
+    "SIGSEGV": "an invalid memory access: check masks, pointer offsets, strides and int32 overflow of offsets",
+    "SIGBUS": "an invalid memory access: check masks, pointer offsets and alignment",
+    "SIGABRT": "an abort, often a failed device-side assertion or an illegal memory access reported by the driver",
+    "SIGKILL": "the process was killed, usually for using too much memory or running too long",
+    "SIGFPE": "an arithmetic fault (integer division by zero?)",
+    "SIGILL": "an illegal instruction",
+}
+
+
+def _classify(status: str, failure: Failure) -> str:
+    lowered = status.lower().replace("-", "_").replace(" ", "_")
+    for kind, words in _KIND_KEYWORDS:
+        if any(w in lowered for w in words):
+            return kind
+    # A generic status ("failed", "error", ...): let the details decide.
+    if failure.violations:
+        return "forbidden"
+    if failure.signal is not None:
+        return "crash"
+    if failure.timeout_s is not None:
+        return "timeout"
+    if failure.compile_log:
+        return "compile"
+    if failure.mismatches or (failure.errors and not failure.exception):
+        return "mismatch"
+    if failure.exception or failure.traceback or "error" in lowered or "fail" in lowered:
+        return "runtime"
+    return "other"
+
+
+def _signal_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    name = None
+    number = None
+    if isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit()):
+        number = abs(int(value))
+        try:
+            name = signal_module.Signals(number).name
+        except ValueError:
+            name = None
+    elif isinstance(value, signal_module.Signals):
+        number, name = int(value), value.name
+    else:
+        name = str(value).upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+    label = f"signal {number} ({name})" if number is not None and name else (name or f"signal {number}")
+    hint = _SIGNAL_HINTS.get(name or "")
+    return f"killed by {label}" + (f": {hint}" if hint else "")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one attempt failed, with the details the fix prompt shows (every detail optional)."""
+
+    status: str
+    message: str = ""
+    compile_log: str | None = None
+    exception: str | None = None
+    traceback: str | None = None
+    errors: tuple[str, ...] = ()
+    mismatches: tuple[Mapping[str, Any], ...] = ()
+    signal: Any = None
+    timeout_s: float | None = None
+    violations: tuple[ViolationView, ...] = ()
+    reply: str | None = None  # the raw reply (for "no code" / "truncated")
+    kind: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", _classify(self.status, self))
+
+    @classmethod
+    def of(cls, value: Any, previous_code: str | None = None) -> Failure:
+        """Build from a Failure, a mapping or an object with `status`, `message` and `details` (lenient).
+
+        Details (looked up in `details`, then on the object): compile_log, exception (text or exception object),
+        traceback (text, list of lines, or taken from the exception), errors (list[str]), mismatches (list of row
+        mappings, see `worst_mismatches`), signal, timeout_s, violations (objects or dicts with construct, line,
+        message), reply. `previous_code` adds the offending source line to each violation.
+        """
+        if isinstance(value, Failure) and previous_code is None:
+            return value
+        if isinstance(value, str):
+            value = {"status": value}
+        status = _text(_get(value, "status")) or "failed"
+        exception = _lookup(value, "exception")
+        trace = _lookup(value, "traceback")
+        if trace is None and isinstance(exception, BaseException) and exception.__traceback__ is not None:
+            trace = "".join(traceback_module.format_exception(type(exception), exception, exception.__traceback__))
+        errors = _lookup(value, "errors") or ()
+        if isinstance(errors, str):
+            errors = (errors,)
+        timeout = _lookup(value, "timeout_s")
+        return cls(
+            status=status,
+            message=_text(_get(value, "message")) or "",
+            compile_log=_text(_lookup(value, "compile_log")),
+            exception=_text(exception),
+            traceback=_text(trace),
+            errors=tuple(str(e) for e in errors),
+            mismatches=tuple(dict(row) for row in (_lookup(value, "mismatches") or ())),
+            signal=_lookup(value, "signal"),
+            timeout_s=float(timeout) if timeout is not None else None,
+            violations=tuple(_violation(v, previous_code) for v in (_lookup(value, "violations") or ())),
+            reply=_text(_lookup(value, "reply")),
+        )
+
+    @property
+    def headline(self) -> str:
+        return HEADLINES.get(self.kind, HEADLINES["other"])
+
+    def template_context(self, *, max_errors: int = 6, max_error_chars: int = 1500) -> dict[str, Any]:
+        """Pre-formatted fields for the templates."""
+        errors = [e if len(e) <= max_error_chars else e[:max_error_chars] + " ..." for e in self.errors[:max_errors]]
+        return {
+            "status": self.status,
+            "kind": self.kind,
+            "headline": self.headline,
+            "message": self.message,
+            "compile_log": excerpt(self.compile_log),
+            "exception": excerpt(self.exception, 800, 1200),
+            "traceback": _tail_lines(self.traceback),
+            "errors": errors,
+            "errors_omitted": max(0, len(self.errors) - max_errors),
+            "mismatch_table": _markdown_table(self.mismatches[:10]) if self.mismatches else None,
+            "signal": _signal_text(self.signal),
+            "timeout_s": f"{self.timeout_s:g}" if self.timeout_s is not None else None,
+            "violations": [v.describe() for v in self.violations],
+            "violation_lines": [v.source_line for v in self.violations],
+            "reply": excerpt(self.reply, 600, 1200),
+        }
+
+
+def _violation(value: Any, previous_code: str | None) -> ViolationView:
+    if isinstance(value, str):
+        return ViolationView(construct="", line=None, message=value)
+    line = _get(value, "line")
+    line = int(line) if isinstance(line, (int, float)) or (isinstance(line, str) and line.isdigit()) else None
+    source_line = None
+    if previous_code is not None and line and line > 0:
+        lines = previous_code.splitlines()
+        if line <= len(lines):
+            source_line = lines[line - 1].strip()
+    return ViolationView(
+        construct=str(_get(value, "construct") or ""),
+        line=line,
+        message=str(_get(value, "message") or ""),
+        source_line=source_line,
+    )
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(str(v) for v in value) + ")"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def worst_mismatches(
+    expected: torch.Tensor, actual: torch.Tensor, limit: int = 8, **labels: Any
+) -> list[dict[str, Any]]:
+    """The `limit` elements where `actual` is furthest from `expected` (NaN/inf mismatches first).
+
+    Rows: any `labels` given (e.g. `sample=2, output="output[0]"`), then index, expected, actual, abs_diff,
+    rel_diff. Shapes must match (a shape mismatch is an error message, not a table).
+    """
+    if tuple(expected.shape) != tuple(actual.shape):
+        raise ValueError(
+            f"cannot tabulate mismatches of different shapes {tuple(expected.shape)} and {tuple(actual.shape)}"
+        )
+    exp = expected.detach().to("cpu", torch.float64)
+    act = actual.detach().to("cpu", torch.float64)
+    diff = (exp - act).abs()
+    both_nan = exp.isnan() & act.isnan()
+    same_inf = exp.isinf() & act.isinf() & (exp == act)
+    diff = torch.where(both_nan | same_inf, torch.zeros_like(diff), diff)
+    diff = torch.where(diff.isnan(), torch.full_like(diff, math.inf), diff)
+    flat = diff.reshape(-1)
+    count = min(limit, int((flat > 0).sum()))
+    if count == 0:
+        return []
+    values, positions = flat.topk(count)
+    rows = []
+    for value, pos in zip(values.tolist(), positions.tolist(), strict=True):
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(pos), tuple(exp.shape))) if exp.dim() else ()
+        e, a = exp.reshape(-1)[pos].item(), act.reshape(-1)[pos].item()
+        rel = value / abs(e) if e not in (0.0,) and math.isfinite(e) else math.inf
+        rows.append({**labels, "index": index, "expected": e, "actual": a, "abs_diff": value, "rel_diff": rel})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Performance
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Performance:
+    """Measured speed of a correct candidate for one pass over the task's calls (each distinct call once).
+
+    latency_ms: the candidate; baseline_ms: PyTorch eager for the same pass; launch_overhead_us: the measured cost
+    of one empty Triton kernel launch (per call); roofline: `agent.roofline.estimate` for the same calls; calls:
+    how many `kernel_function` calls the pass makes (default: the task's number of signatures).
+    """
+
+    latency_ms: float
+    baseline_ms: float | None = None
+    launch_overhead_us: float | None = None
+    roofline: RooflineEstimate | None = None
+    calls: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("latency_ms", "baseline_ms", "launch_overhead_us"):
+            value = getattr(self, name)
+            if value is None and name != "latency_ms":
+                continue
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"Performance.{name} must be a positive number of {name.rsplit('_', 1)[1]}, "
+                                 f"got {value!r}")
+        if self.roofline is not None and not isinstance(self.roofline, RooflineEstimate):
+            raise TypeError(f"Performance.roofline must be an agent.roofline.RooflineEstimate, got "
+                            f"{type(self.roofline).__name__}")
+
+    @classmethod
+    def of(cls, value: Any) -> Performance:
+        """Build from a Performance, a mapping or an object with the same attribute names."""
+        if isinstance(value, Performance):
+            return value
+        latency = _get(value, "latency_ms")
+        if latency is None:
+            raise ValueError("a performance record needs latency_ms (the candidate's measured time in ms)")
+        return cls(
+            latency_ms=float(latency),
+            baseline_ms=_float_or_none(_get(value, "baseline_ms")),
+            launch_overhead_us=_float_or_none(_get(value, "launch_overhead_us")),
+            roofline=_get(value, "roofline"),
+            calls=_get(value, "calls"),
+        )
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_ms / self.latency_ms if self.baseline_ms else None
+
+    @property
+    def roofline_fraction(self) -> float | None:
+        """Roofline floor / latency: 1.0 means at the hardware limit."""
+        return self.roofline.floor_ms / self.latency_ms if self.roofline is not None else None
+
+    def launch_ratio(self, calls: int) -> float | None:
+        """Latency per call divided by the cost of one empty launch."""
+        if not self.launch_overhead_us:
+            return None
+        return self.latency_ms * 1e3 / max(calls, 1) / self.launch_overhead_us
+
+    def interpretation(self, calls: int) -> list[str]:
+        """Short diagnoses of where the time goes, most important first."""
+        notes: list[str] = []
+        ratio = self.launch_ratio(calls)
+        fraction = self.roofline_fraction
+        launch_floor_ms = self.launch_overhead_us * max(calls, 1) / 1e3 if self.launch_overhead_us else None
+        if ratio is not None and ratio < LAUNCH_BOUND_RATIO:
+            notes.append(
+                f"latency is {ratio:.1f}x the cost of launching an empty kernel: host-side Python overhead and launch "
+                "latency dominate, not GPU work — cut wrapper work (no torch calls, no .contiguous()/.to() copies, no "
+                "per-call recomputation: cache grid/meta/block-size choices per shape), and launch exactly one kernel "
+                "per call; device-side tuning will not help here"
+            )
+        elif ratio is not None and ratio < LAUNCH_HEAVY_RATIO:
+            notes.append(
+                f"latency is {ratio:.1f}x the cost of an empty launch: launch and wrapper overhead are a large part of "
+                "the time — trim the Python wrapper and avoid extra kernels or copies before tuning the kernel body"
+            )
+        if self.roofline is not None and launch_floor_ms is not None and self.roofline.floor_ms < launch_floor_ms:
+            note = (
+                f"the roofline floor ({format_time_ms(self.roofline.floor_ms)}) is below the launch cost "
+                f"({format_time_ms(launch_floor_ms)}): at these sizes the practical limit is one kernel launch per "
+                "call, so the wrapper's overhead decides the speed"
+            )
+            if ratio is not None and ratio >= LAUNCH_BOUND_RATIO:
+                extra = self.latency_ms - launch_floor_ms
+                note += (
+                    f"; the {format_time_ms(extra)} above one launch per call is wrapper work or extra kernels — "
+                    "remove them"
+                )
+            notes.append(note)
+        elif fraction is not None:
+            percent = _percent(fraction)
+            if fraction >= NEAR_ROOFLINE_FRACTION:
+                notes.append(
+                    f"at {percent} of the roofline floor: close to the hardware limit; remaining gains can only come "
+                    "from moving fewer bytes (read each input once, no intermediate buffers) or less host overhead"
+                )
+            elif self.roofline.bound == "memory":
+                notes.append(
+                    f"at {percent} of the bandwidth floor: memory-bound — improve coalescing (unit-stride inner "
+                    "dimension across the block), vectorise (wide contiguous loads), use larger blocks / more work "
+                    "per program, read each input exactly once and avoid extra passes"
+                    + (" (far from the floor: look for a second pass or an uncoalesced access first)"
+                       if fraction < FAR_ROOFLINE_FRACTION else "")
+                )
+            else:
+                notes.append(
+                    f"at {percent} of the FLOP floor: compute-bound — use tl.dot on tiles (bf16/fp16 inputs, fp32 "
+                    "accumulation; fp32 inputs with input_precision='ieee'), larger tiles, tune num_warps/num_stages, "
+                    "keep operands in registers/shared memory, grouped tile ordering for L2 reuse"
+                )
+        speedup = self.speedup
+        if speedup is not None:
+            if speedup < 1:
+                notes.append(f"slower than PyTorch eager ({speedup:.2f}x): it must beat PyTorch to be used at all")
+            else:
+                notes.append(f"{speedup:.2f}x faster than PyTorch eager")
+        return notes
+
+    def template_context(self, calls: int) -> dict[str, Any]:
+        calls = self.calls or calls
+        ratio = self.launch_ratio(calls)
+        roofline = self.roofline
+        return {
+            "calls": calls,
+            "latency": format_time_ms(self.latency_ms),
+            "latency_ms": f"{self.latency_ms:.4g}",
+            "baseline": format_time_ms(self.baseline_ms) if self.baseline_ms else None,
+            "speedup": f"{self.speedup:.2f}x" if self.speedup is not None else None,
+            "launch_overhead": f"{self.launch_overhead_us:.3g} us" if self.launch_overhead_us else None,
+            "launch_floor": format_time_ms(self.launch_overhead_us * calls / 1e3) if self.launch_overhead_us else None,
+            "launch_ratio": f"{ratio:.1f}x" if ratio is not None else None,
+            "roofline_floor": format_time_ms(roofline.floor_ms) if roofline is not None else None,
+            "roofline_percent": _percent(self.roofline_fraction) if roofline is not None else None,
+            "roofline_bound": roofline.bound if roofline is not None else None,
+            "roofline_bytes": f"{roofline.bytes_moved / 1e6:.3g} MB" if roofline is not None else None,
+            "roofline_flops": f"{roofline.flops / 1e9:.3g} GFLOP" if roofline is not None else None,
+            "ceilings": roofline.ceilings.describe() if roofline is not None else None,
+            "interpretation": self.interpretation(calls),
+        }
+
+
+def _percent(fraction: float) -> str:
+    """`0.35` -> `"35%"`, `0.0002` -> `"0.02%"`."""
+    value = fraction * 100
+    return f"{value:.0f}%" if value >= 10 else f"{value:.2g}%"
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if value is not None else None
