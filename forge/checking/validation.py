@@ -14,7 +14,8 @@ sample's specs (seeded: `seed + sample index`) are each checked like this:
    values within the allowance of `forge.checking.tolerance`, NaN/inf placement, integer/bool outputs exact,
    inputs untouched unless the reference mutates them (then they must match like outputs), and outputs that
    alias a mutated input in the reference must alias it in the candidate too.
-4. Runs of the same kind (plain vs plain, poisoned vs poisoned) must agree bitwise (NaN-aware) when
+4. Outputs of different runs must not share memory (a reused output buffer breaks callers that keep results).
+5. Runs of the same kind (plain vs plain, poisoned vs poisoned) must agree bitwise (NaN-aware) when
    `require_deterministic`, else within the allowance.
 
 Errors name the sample (index, captured or fresh, its description), the run, the output leaf and, for value
@@ -260,10 +261,32 @@ def _check_runs(
         if others:
             errors[-1] += " (also wrong on " + ", ".join(others) + ")"
         errors[-1] += hint
+    errors += _reused_output_memory(structurally_ok)
     for plain in (True, False):
         group = [run for run in structurally_ok if run.plan.dispatch != plain]
         for later in group[1:]:
             errors += _determinism_errors(expectation, expected, group[0], later, require_deterministic)
+    return errors
+
+
+def _reused_output_memory(runs: list[_RunResult]) -> list[str]:
+    """Outputs of different calls must not share memory: a caller keeps earlier results while calling again."""
+    owners: dict[int, tuple[str, str]] = {}
+    errors: list[str] = []
+    for run in runs:
+        run_name = run.plan.label.split(" (")[0]
+        for locator, tensor in iter_tensor_leaves(run.output, "output"):
+            pointer = storage_ptr(tensor) if tensor.numel() else 0
+            if not pointer:
+                continue
+            owner = owners.get(pointer)
+            if owner is not None and owner[0] != run_name:
+                errors.append(
+                    f"{locator}: {run_name} returned the same memory as {owner[0]} ({owner[1]}): the candidate reuses "
+                    "an output buffer across calls, so a later call overwrites a result the caller still holds"
+                )
+                break
+            owners.setdefault(pointer, (run_name, locator))
     return errors
 
 

@@ -240,3 +240,33 @@ def test_rejects_triton_kernel_that_leaves_output_unwritten(monkeypatch):
     samples = [Sample((torch.randn(200, generator=_gen(24)),), {})]
     errors = validate(F.relu, candidate, samples, fresh_inputs_per_sample=0)
     assert errors and "output: " in errors[0]
+
+
+def _self_check_cases(dtype: torch.dtype) -> dict:
+    g = _gen(30)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    return {
+        "sdpa": (F.scaled_dot_product_attention, Sample((r(1, 2, 8, 16), r(1, 2, 8, 16), r(1, 2, 8, 16)), {})),
+        "linear": (F.linear, Sample((r(8, 64), r(32, 64), r(32)), {})),
+        "conv2d": (F.conv2d, Sample((r(1, 3, 8, 8), r(4, 3, 3, 3)), {"padding": 1})),
+        "group_norm": (F.group_norm, Sample((r(2, 8, 4, 4), 4), {})),
+        "embedding": (F.embedding, Sample((torch.randint(0, 10, (4, 7), generator=g), r(10, 16)), {})),
+        "interpolate": (F.interpolate, Sample((r(1, 3, 8, 8),), {"scale_factor": 2.0, "mode": "bilinear"})),
+        "cross_entropy": (F.cross_entropy, Sample((r(8, 10), torch.randint(0, 10, (8,), generator=g)), {})),
+        "dropout_eval": (F.dropout, Sample((r(16),), {"training": False})),
+        "silu_inplace": (F.silu, Sample((r(16),), {"inplace": True})),
+        "topk": (torch.topk, Sample((r(4, 20), 3), {})),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_every_reference_passes_against_itself(dtype):
+    failures = {}
+    for name, (fn, sample) in _self_check_cases(dtype).items():
+        errors = validate(fn, fn, [sample], fresh_inputs_per_sample=1)
+        if errors:
+            failures[name] = errors[0]
+    assert failures == {}

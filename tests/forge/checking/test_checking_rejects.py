@@ -234,3 +234,15 @@ def test_error_messages_name_sample_leaf_index_and_values():
     assert "max abs error 1, max rel error" in first
     assert "worst at index (1, 2): expected" in first and "got" in first
     assert any(e.startswith("sample 1 (fresh #1) (f32[3,5])") for e in errors)
+
+
+def test_rejects_output_buffer_reused_across_calls():
+    buffers: dict = {}
+
+    def candidate(x, dim):
+        out = buffers.setdefault((tuple(x.shape), x.dtype), torch.empty_like(x))
+        torch.softmax(x, dim=dim, out=out)
+        return out  # right values every time, but a later call overwrites what an earlier caller holds
+
+    errors = validate(F.softmax, candidate, _softmax_samples()[:1], fresh_inputs_per_sample=0)
+    assert errors and "reuses an output buffer across calls" in errors[0]
