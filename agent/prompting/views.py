@@ -204,6 +204,7 @@ class Failure:
     timeout_s: float | None = None
     violations: tuple[ViolationView, ...] = ()
     reply: str | None = None  # the raw reply (for "no code" / "truncated")
+    stderr: str | None = None  # the process's error output (shown for crashes and timeouts)
     kind: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -216,8 +217,10 @@ class Failure:
 
         Details (looked up in `details`, then on the object): compile_log, exception (text or exception object),
         traceback (text, list of lines, or taken from the exception), errors (list[str]), mismatches (list of row
-        mappings, see `worst_mismatches`), signal, timeout_s, violations (objects or dicts with construct, line,
-        message), reply. `previous_code` adds the offending source line to each violation.
+        mappings, see `worst_mismatches`), signal (number or name; signal_number), timeout_s, violations (objects
+        or dicts with construct, line, message), reply, stderr_tail (or the object's `stderr`). The sandbox's
+        `SandboxResult` (exception as {"type", "message", "traceback"}) is read as is. `previous_code` adds the
+        offending source line to each violation.
         """
         if isinstance(value, Failure) and previous_code is None:
             return value
@@ -228,6 +231,15 @@ class Failure:
         trace = _lookup(value, "traceback")
         if trace is None and isinstance(exception, BaseException) and exception.__traceback__ is not None:
             trace = "".join(traceback_module.format_exception(type(exception), exception, exception.__traceback__))
+        if isinstance(exception, Mapping):  # the sandbox's {"type", "message", "traceback"}
+            trace = trace if trace is not None else exception.get("traceback")
+            kind_name = str(exception.get("type") or "Exception").rsplit(".", 1)[-1]
+            exception = f"{kind_name}: {exception.get('message', '')}"
+        signal = _lookup(value, "signal")
+        number = _lookup(value, "signal_number")
+        if number is not None and not isinstance(signal, int):
+            signal = int(number)
+        stderr = _lookup(value, "stderr_tail") or _get(value, "stderr")
         errors = _lookup(value, "errors") or ()
         if isinstance(errors, str):
             errors = (errors,)
@@ -240,10 +252,11 @@ class Failure:
             traceback=_text(trace),
             errors=tuple(str(e) for e in errors),
             mismatches=tuple(dict(row) for row in (_lookup(value, "mismatches") or ())),
-            signal=_lookup(value, "signal"),
+            signal=signal,
             timeout_s=float(timeout) if timeout is not None else None,
             violations=tuple(_violation(v, previous_code) for v in (_lookup(value, "violations") or ())),
             reply=_text(_lookup(value, "reply")),
+            stderr=_text(stderr),
         )
 
     @property
@@ -269,6 +282,7 @@ class Failure:
             "violations": [v.describe() for v in self.violations],
             "violation_lines": [v.source_line for v in self.violations],
             "reply": excerpt(self.reply, 600, 1200),
+            "stderr": _tail_lines(self.stderr, 30, 2000) if self.kind in ("crash", "timeout") else None,
         }
 
 
@@ -372,15 +386,19 @@ class Performance:
 
     @classmethod
     def of(cls, value: Any) -> Performance:
-        """Build from a Performance, a mapping or an object with the same attribute names."""
+        """Build from a Performance, a mapping or an object with the same attribute names.
+
+        `latency_ms` / `baseline_ms` may also be benchmark results (a `forge.checking.BenchmarkResult` or its dict,
+        as in the sandbox's result): their `median_ms` is used.
+        """
         if isinstance(value, Performance):
             return value
-        latency = _get(value, "latency_ms")
+        latency = _milliseconds(_get(value, "latency_ms"))
         if latency is None:
             raise ValueError("a performance record needs latency_ms (the candidate's measured time in ms)")
         return cls(
-            latency_ms=float(latency),
-            baseline_ms=_float_or_none(_get(value, "baseline_ms")),
+            latency_ms=latency,
+            baseline_ms=_milliseconds(_get(value, "baseline_ms")),
             launch_overhead_us=_float_or_none(_get(value, "launch_overhead_us")),
             roofline=_get(value, "roofline"),
             calls=_get(value, "calls"),
@@ -488,6 +506,18 @@ def _percent(fraction: float) -> str:
     """`0.35` -> `"35%"`, `0.0002` -> `"0.02%"`."""
     value = fraction * 100
     return f"{value:.0f}%" if value >= 10 else f"{value:.2g}%"
+
+
+def _milliseconds(value: Any) -> float | None:
+    """A number of ms, or the `median_ms` of a benchmark result (object or dict)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    median = _get(value, "median_ms")
+    if median is None:
+        raise ValueError(f"expected a time in ms or a benchmark result with median_ms, got {value!r}")
+    return float(median)
 
 
 def _float_or_none(value: Any) -> float | None:

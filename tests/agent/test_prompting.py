@@ -229,6 +229,28 @@ def test_fix_prompt_for_each_failure_kind(task, renderer, failure, expected_kind
     assert "frame 0\n" not in text  # tracebacks are cut to their tail
 
 
+def test_fix_prompt_reads_sandbox_style_results(task, renderer):
+    runtime = {
+        "status": "runtime_error",
+        "message": "IndexError during validation: index 9 is out of bounds",
+        "details": {"phase": "validation", "exception": {
+            "type": "builtins.IndexError", "message": "index 9 is out of bounds",
+            "traceback": "Traceback (most recent call last):\n  File \"kernel.py\", line 12\nIndexError: index 9"}},
+    }
+    text = renderer.fix(task, PREVIOUS, runtime)
+    assert "IndexError: index 9 is out of bounds" in text and 'File "kernel.py", line 12' in text
+    crash = SimpleNamespace(status="crash", message="child killed by SIGSEGV", stderr="full stderr",
+                            details={"signal": "SIGSEGV", "signal_number": 11, "stderr_tail": "Segmentation fault"})
+    view = Failure.of(crash)
+    assert view.kind == "crash" and view.signal == 11
+    text = renderer.fix(task, PREVIOUS, crash)
+    assert "killed by signal 11 (SIGSEGV)" in text and "Segmentation fault" in text
+    syntax = {"status": "compile_error", "details": {"compile_log": "invalid syntax", "violations": [
+        {"construct": "syntax", "line": 3, "message": "invalid syntax", "kind": "syntax"}]}}
+    text = renderer.fix(task, PREVIOUS, syntax)
+    assert "Problems found by screening" in text and "Forbidden constructs" not in text
+
+
 def test_failure_view_is_lenient_and_takes_exception_objects():
     try:
         raise ZeroDivisionError("division by zero in grid")
@@ -290,6 +312,16 @@ def test_performance_interpretation_memory_bound_and_launch_bound():
     notes = launch_bound.interpretation(calls=1)
     assert notes[0].startswith("latency is 0.9x the cost of launching an empty kernel")
     assert "host-side Python overhead" in notes[0]
+
+
+def test_performance_reads_benchmark_results():
+    record = SimpleNamespace(latency_ms={"median_ms": 0.05, "q25_ms": 0.04}, baseline_ms=SimpleNamespace(median_ms=0.1),
+                             launch_overhead_us=4.0)
+    perf = Performance.of(record)
+    assert (perf.latency_ms, perf.baseline_ms, perf.launch_overhead_us) == (0.05, 0.1, 4.0)
+    assert perf.speedup == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="median_ms"):
+        Performance.of({"latency_ms": {"mean": 1.0}})
 
 
 def test_performance_rejects_bad_numbers():
