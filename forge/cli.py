@@ -121,8 +121,7 @@ def _print_table(title: str, frame: pd.DataFrame | None) -> None:
         return
     shown = frame.copy()
     for column in shown.columns:
-        if shown[column].dtype == object:
-            shown[column] = shown[column].map(lambda v: _clip(v) if isinstance(v, str) else v)
+        shown[column] = shown[column].map(lambda v: _clip(v) if isinstance(v, str) else "-" if v is None else v)
     print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-"))
 
 

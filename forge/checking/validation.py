@@ -9,7 +9,9 @@ sample's specs (seeded: `seed + sample index`) are each checked like this:
    run 1 plain; runs 2 and 3 under `PoisonFreshAllocations` (NaN, then large values); run 4 plain again after
    poisoning the allocator with large values. Plain runs come first because a `torch.compile`d function first
    called under a dispatch mode stays uncompiled (and under a mode it runs eagerly); if a run raises only under
-   the dispatch mode, it is retried plainly and the mode is dropped for this candidate.
+   the dispatch mode, it is retried plainly and the mode is dropped for this candidate. A candidate whose
+   `allows_dispatch_poisoning` attribute is False (trusted compilers such as `CompiledFunctionProvider`) skips
+   the dispatch-mode runs.
 3. Every run is checked against the expectation: structure (exact `torch.Tensor` type, shape, dtype, device),
    values within the allowance of `forge.checking.tolerance`, NaN/inf placement, integer/bool outputs exact,
    inputs untouched unless the reference mutates them (then they must match like outputs), and outputs that
@@ -127,7 +129,10 @@ def validate(
     if not unique:
         raise ValueError("validate needs at least one sample; nothing would be checked")
 
-    state = _CandidateState()
+    # Trusted compilers opt out of the dispatch-mode runs: a torch.compile'd function called under a
+    # TorchDispatchMode is recompiled into a different (eager-like) graph, which would then be what gets
+    # benchmarked. Such candidates still get the plain runs and, on CUDA, the poisoned allocator.
+    state = _CandidateState(dispatch_usable=bool(getattr(candidate, "allows_dispatch_poisoning", True)))
     errors: list[str] = []
     for index, sample in enumerate(unique):
         generator = torch.Generator().manual_seed(seed + index)

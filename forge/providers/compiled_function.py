@@ -3,6 +3,9 @@
 Every validated call signature gets its own compiled callable (a fresh code object, `dynamic=False`), so Dynamo's
 per-code-object recompile limit never silently drops a signature back to eager, and no signature's guards slow the
 others down. A plan restored on another process compiles lazily on the first call of each signature.
+
+`fullgraph` defaults to False on purpose: one functional is one graph anyway, and with `fullgraph=True` a single
+call under a `TorchDispatchMode` (the oracle's poisoned-allocation runs) makes Dynamo refuse that frame for good.
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ def _fresh_caller(target: Callable) -> Callable:
 class CompiledFunctionProvider(KernelProvider, type_name="torch_compile"):
     """`torch.compile(torch.nn.functional.<function_name>, dynamic=False)` per call signature."""
 
-    def __init__(self, function_name: str, mode: str | None = None, *, fullgraph: bool = True) -> None:
+    # Inductor is trusted PyTorch code; a call under the oracle's TorchDispatchMode would make Dynamo recompile
+    # this frame into an eager-like graph (so the benchmark would no longer time Inductor's kernels).
+    allows_dispatch_poisoning = False
+
+    def __init__(self, function_name: str, mode: str | None = None, *, fullgraph: bool = False) -> None:
         super().__init__()
         if mode in _CUDAGRAPH_MODES:
             raise ValueError(
@@ -92,4 +99,4 @@ class CompiledFunctionProvider(KernelProvider, type_name="torch_compile"):
 
     @classmethod
     def _from_dict(cls, state: dict[str, Any]) -> CompiledFunctionProvider:
-        return cls(state["function_name"], state.get("mode"), fullgraph=bool(state.get("fullgraph", True)))
+        return cls(state["function_name"], state.get("mode"), fullgraph=bool(state.get("fullgraph", False)))

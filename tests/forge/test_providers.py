@@ -42,3 +42,19 @@ def test_compiled_provider_per_signature() -> None:
     torch.testing.assert_close(provider(a), F.silu(a))
     restored = KernelProvider.from_dict(provider.to_dict())
     torch.testing.assert_close(restored(b), F.silu(b))  # compiles lazily after a load
+
+
+def test_compiled_provider_passes_the_oracle_and_stays_compiled() -> None:
+    from torch._dynamo.utils import counters
+
+    from forge.checking import validate
+    from forge.functional import original_function
+
+    x = torch.randn(4, 64)
+    provider = CompiledFunctionProvider("softmax")
+    sample = Sample((x,), {"dim": -1})
+    assert provider.prepare([sample])
+    graphs = counters["stats"]["unique_graphs"]
+    assert validate(original_function("softmax"), provider, [sample]) == []
+    # validation must not make Dynamo recompile the provider into something else
+    assert counters["stats"]["unique_graphs"] == graphs
