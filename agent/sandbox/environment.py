@@ -1,0 +1,80 @@
+"""The allow-listed environment of a sandbox child: what a kernel needs to run, and never a credential.
+
+Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC_*`, `TZ`), device selection
+(`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`), toolchain locations
+(`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
+`TRITON_LIBDEVICE_PATH`), caches (`TRITON_CACHE_DIR`, `TRITON_HOME`, `TORCHINDUCTOR_CACHE_DIR`) and
+`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root,
+`PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`, `PYTHONUNBUFFERED=1`, one BLAS/OpenMP thread, and a persistent
+`TRITON_CACHE_DIR` (the parent's, else `~/.triton/cache` of the parent's home) so compiled launchers are reused.
+Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["PASS_THROUGH", "child_environment", "looks_secret", "repository_root"]
+
+PASS_THROUGH: tuple[str, ...] = (
+    "PATH", "LANG", "LANGUAGE", "LC_*", "TZ",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
+    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH",
+    "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_INTERPRET",
+)
+
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable name suggests a credential."""
+    return bool(_SECRET.search(name))
+
+
+def repository_root() -> Path:
+    """The folder that holds the `agent` and `forge` packages (the child's `PYTHONPATH`)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def child_environment(
+    home: Path,
+    tmp: Path,
+    *,
+    language_env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    parent_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The child's complete environment (see the module docstring). `extra_env` must not name secrets."""
+    parent = dict(os.environ if parent_env is None else parent_env)
+    env: dict[str, str] = {}
+    for name, value in parent.items():
+        if looks_secret(name):
+            continue
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in PASS_THROUGH):
+            env[name] = value
+    if "TRITON_CACHE_DIR" not in env and parent.get("HOME"):
+        env["TRITON_CACHE_DIR"] = str(Path(parent["HOME"]) / ".triton" / "cache")
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        PYTHONPATH=str(repository_root()),
+        PYTHONHASHSEED="0",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONNOUSERSITE="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+    )
+    env.update(language_env or {})
+    for name, value in (extra_env or {}).items():
+        if looks_secret(name):
+            raise ValueError(f"extra_env may not pass {name!r} to a sandbox child: it looks like a credential")
+        env[name] = str(value)
+    return env

@@ -1,0 +1,89 @@
+"""`SandboxPool`: a concurrency limit for sandbox runs, with `kill_all()` for the ones it started.
+
+The agent shares one pool between its workers: at most `max_concurrent` children run at once (one per GPU is the
+usual choice), a run waiting for a slot aborts as soon as its `cancel_event` is set or the pool is closed, and
+`kill_all()` ends every live child of this pool within a few seconds (used when the generation timeout passes).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from agent.sandbox.result import SandboxResult
+from agent.sandbox.runner import ProcessRegistry, run_candidate
+from forge.samples import Sample
+
+__all__ = ["SandboxPool"]
+
+_WAIT_SLICE_S = 0.05
+
+
+class SandboxPool:
+    """At most `max_concurrent` sandbox children at a time; `run` takes the arguments of `run_candidate`."""
+
+    def __init__(self, max_concurrent: int = 1, **defaults: Any) -> None:
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be an int >= 1, got {max_concurrent!r}")
+        self.max_concurrent = max_concurrent
+        self.defaults = dict(defaults)
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._registry = ProcessRegistry()
+        self._closed = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"SandboxPool(max_concurrent={self.max_concurrent}, live={len(self.live_process_groups())})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def live_process_groups(self) -> list[int]:
+        """Process-group ids of this pool's live children."""
+        return self._registry.process_groups()
+
+    def run(
+        self,
+        source: str,
+        function_name: str,
+        samples: Sequence[Sample],
+        *,
+        cancel_event: threading.Event | None = None,
+        **kwargs: Any,
+    ) -> SandboxResult:
+        """`run_candidate` once a slot is free. Waiting ends early (status `timeout`, `details["cancelled"]`) when
+        `cancel_event` is set or the pool is closed."""
+        started = time.monotonic()
+        options = {**self.defaults, **kwargs}
+        while not self._slots.acquire(timeout=_WAIT_SLICE_S):
+            if self._closed.is_set() or (cancel_event is not None and cancel_event.is_set()):
+                reason = "the sandbox pool was closed" if self._closed.is_set() else "cancel_event was set"
+                return SandboxResult(status="timeout", message=f"cancelled while waiting for a sandbox slot ({reason})",
+                                     details={"cancelled": True, "reason": reason},
+                                     wall_s=time.monotonic() - started)
+        try:
+            if self._closed.is_set():
+                return SandboxResult(status="timeout", message="cancelled: the sandbox pool was closed",
+                                     details={"cancelled": True, "reason": "the sandbox pool was closed"},
+                                     wall_s=time.monotonic() - started)
+            return run_candidate(source, function_name, samples, cancel_event=cancel_event,
+                                 registry=self._registry, **options)
+        finally:
+            self._slots.release()
+
+    def kill_all(self, timeout_s: float = 5.0) -> int:
+        """End every live child of this pool (SIGTERM, then SIGKILL); returns how many were live."""
+        return self._registry.kill_all(timeout_s)
+
+    def close(self, timeout_s: float = 5.0) -> int:
+        """Refuse new and waiting runs, then `kill_all`."""
+        self._closed.set()
+        return self.kill_all(timeout_s)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

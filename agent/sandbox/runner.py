@@ -1,0 +1,450 @@
+"""`run_candidate`: screen a candidate kernel, then check and time it in a disposable child process.
+
+Flow: screen the source (violations: `forbidden`, a syntax error: `compile_error`; nothing runs). Otherwise write
+the source, the samples (CPU copies plus the device to move them to) and the job into a fresh folder, and start
+`python -m agent.sandbox.child <folder>` in its own session (so the whole process group can be killed), with stdin
+closed, stdout/stderr to files, an allow-listed environment (`agent.sandbox.environment`), resource limits applied
+by the child, and a fresh network namespace where the host allows it (`agent.sandbox.isolation`). The parent waits
+with a wall-clock limit (SIGTERM, then SIGKILL to the group), classifies the child's end (a signal: `crash` with
+its name; no valid `result.json`: `crash` with the stderr tail) and reads the verdict. A segfault or GPU fault ends
+only the child. `kill_all()` ends every live child of this process within a few seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent.languages import get_language
+from agent.languages.base import KernelLanguage
+from agent.sandbox import protocol
+from agent.sandbox.environment import child_environment, looks_secret
+from agent.sandbox.isolation import network_isolation
+from agent.sandbox.result import SandboxResult
+from agent.screening.violation import Violation
+from forge.functional import original_function
+from forge.samples import Sample, TensorSpec, clone_value
+
+__all__ = ["DEFAULT_TIMEOUT_S", "ProcessRegistry", "kill_all", "live_process_groups", "run_candidate"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 180.0
+OUTPUT_LIMIT_CHARS = 8192
+_POLL_S = 0.05
+_TERM_GRACE_S = 1.5
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Live children
+# ---------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Child:
+    process: subprocess.Popen
+    cancelled: bool = False
+
+
+class ProcessRegistry:
+    """Live sandbox children (each the leader of its own process group) that `kill_all` can end.
+
+    A child stays registered until its waiting thread has killed the leftovers of its group; it is reaped only
+    after that, so a group id is never signalled after the kernel could reuse it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._children: dict[int, _Child] = {}
+
+    def add(self, process: subprocess.Popen) -> _Child:
+        child = _Child(process)
+        with self._lock:
+            self._children[process.pid] = child
+        return child
+
+    def discard(self, child: _Child) -> None:
+        """Kill what is left of the child's group and unregister it (the caller reaps it afterwards)."""
+        with self._lock:
+            _signal_group(child.process.pid, signal.SIGKILL)
+            self._children.pop(child.process.pid, None)
+
+    def signal_all(self, sig: int, *, cancel: bool = False) -> int:
+        with self._lock:
+            for child in self._children.values():
+                if cancel:
+                    child.cancelled = True
+                _signal_group(child.process.pid, sig)
+            return len(self._children)
+
+    def process_groups(self) -> list[int]:
+        with self._lock:
+            return list(self._children)
+
+    def kill_all(self, timeout_s: float = 5.0) -> int:
+        """SIGTERM every live child's group, SIGKILL after a short grace; wait until all are reaped.
+
+        Returns how many children were live. The runs waiting on them return status `timeout` with
+        `details["cancelled"] = True`.
+        """
+        count = self.signal_all(signal.SIGTERM, cancel=True)
+        if not count:
+            return 0
+        deadline = time.monotonic() + max(timeout_s, 0.1)
+        grace_end = time.monotonic() + min(_TERM_GRACE_S, timeout_s / 2)
+        while self.process_groups() and time.monotonic() < grace_end:
+            time.sleep(_POLL_S)
+        if self.process_groups():
+            self.signal_all(signal.SIGKILL, cancel=True)
+        while self.process_groups() and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        return count
+
+
+_ALL_CHILDREN = ProcessRegistry()
+
+
+def kill_all(timeout_s: float = 5.0) -> int:
+    """Kill every live sandbox child started by this process (e.g. when the generation timeout passes)."""
+    return _ALL_CHILDREN.kill_all(timeout_s)
+
+
+def live_process_groups() -> list[int]:
+    """Process-group ids of the live sandbox children of this process."""
+    return _ALL_CHILDREN.process_groups()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has ended, without reaping it (its pid, and so its group id, stays reserved)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid != 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# run_candidate
+# ---------------------------------------------------------------------------------------------------------
+def run_candidate(
+    source: str,
+    function_name: str,
+    samples: Sequence[Sample],
+    *,
+    language: str | KernelLanguage = "triton",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    kernel_utils: Any = None,
+    benchmark: bool = True,
+    counts: Sequence[int] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    keep: bool = False,
+    isolation: str = "auto",
+    cancel_event: threading.Event | None = None,
+    cpu_limit_s: float | None = None,
+    file_size_limit_bytes: int = 256 << 20,
+    open_files_limit: int = 1024,
+    extra_env: Mapping[str, str] | None = None,
+    screen: bool = True,
+    registry: ProcessRegistry | None = None,
+) -> SandboxResult:
+    """Screen `source`, then validate (and optionally benchmark) its `kernel_function` in a sandboxed child.
+
+    `samples`: unique `Sample`s of `torch.nn.functional.<function_name>` (tensors, or `TensorSpec`s drawn by the
+    oracle), all on one device; CPU samples run Triton under `TRITON_INTERPRET=1`. `kernel_utils`: a
+    `forge.checking.KernelUtils` (default settings when None). `benchmark`: also time the candidate and the original
+    PyTorch function in the same child on `counts`' GCD distribution (one call per sample when `counts` is None).
+    `timeout_s`: wall clock for the child (CPU limit `cpu_limit_s`, default twice that). `workdir`: run folder to use
+    and keep (created; must be empty); else a temporary folder, kept when `keep`. `isolation`: `"auto"` (a network
+    namespace when the host allows it), `"netns"` (required: error if unavailable) or `"none"`. `cancel_event`: set it
+    to abort the run (the child is killed; status `timeout`, `details["cancelled"]`). `extra_env`: more variables for
+    the child (credential-like names are refused).
+
+    `screen=False` skips static screening and runs any code: UNSAFE, for tests and evals of the sandbox only.
+    `registry`: a `ProcessRegistry` that tracks this child in addition to the process-wide one (`SandboxPool`).
+    """
+    started = time.monotonic()
+    lang = get_language(language)
+    original_function(function_name)  # clear error for a name that is not a replaceable function
+    samples = _check_samples(samples, counts)
+    device = _device_of(samples, lang)
+    if isolation not in {"auto", "netns", "none"}:
+        raise ValueError(f"isolation must be 'auto', 'netns' or 'none', got {isolation!r}")
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    for name in extra_env or {}:
+        if looks_secret(name):
+            raise ValueError(f"extra_env may not pass {name!r} to a sandbox child: it looks like a credential")
+    net = network_isolation() if isolation != "none" else None
+    if isolation == "netns" and (net is None or net.mode != "netns"):
+        raise RuntimeError(f"network isolation was required but is unavailable here: {net.reason if net else ''}")
+    iso_mode, iso_reason = (net.mode, net.reason) if net is not None else ("none", "disabled by isolation='none'")
+
+    def finish(status: str, message: str, **fields: Any) -> SandboxResult:
+        return SandboxResult(status=status, message=message, isolation=iso_mode,  # type: ignore[arg-type]
+                             isolation_reason=iso_reason, wall_s=time.monotonic() - started, **fields)
+
+    if screen:
+        violations = lang.screen(source, function_name)
+        if violations:
+            return _screening_result(violations, finish)
+    if cancel_event is not None and cancel_event.is_set():
+        return finish("timeout", "cancelled before the run started", details={"cancelled": True})
+
+    folder, keep_folder = _make_folder(workdir, keep)
+    try:
+        source_file = protocol.CANDIDATE_STEM + lang.file_suffix
+        (folder / source_file).write_text(source, encoding="utf-8")
+        home, tmp = folder / protocol.HOME_DIR, folder / protocol.TMP_DIR
+        home.mkdir()
+        tmp.mkdir()
+        torch.save(
+            {
+                "samples": [(clone_value(tuple(s.args), device="cpu"), clone_value(dict(s.kwargs), device="cpu"))
+                            for s in samples],
+                "counts": list(counts) if counts is not None else None,
+                "kernel_utils": kernel_utils,
+            },
+            folder / protocol.INPUTS_FILE,
+        )
+        job = {
+            "function_name": function_name,
+            "language": lang.name,
+            "source_file": source_file,
+            "device": device,
+            "benchmark": bool(benchmark),
+            "cpu_limit_s": max(1, int(cpu_limit_s if cpu_limit_s is not None else 2 * timeout_s + 10)),
+            "file_size_limit_bytes": int(file_size_limit_bytes),
+            "open_files_limit": int(open_files_limit),
+        }
+        protocol.write_json_atomic(folder / protocol.JOB_FILE, job)
+        env = child_environment(home, tmp, language_env=lang.child_environment(torch.device(device).type),
+                                extra_env=extra_env)
+        argv = [*(net.prefix if net is not None and net.mode == "netns" else ()), sys.executable, "-m",
+                "agent.sandbox.child", str(folder)]
+        outcome = _run_child(argv, folder, env, timeout_s, cancel_event, registry)
+        fields = _classify(outcome, folder, timeout_s)
+        status, message = fields.pop("status"), fields.pop("message")
+        source_path = str(folder / source_file) if keep_folder else None
+        return finish(status, message, source_path=source_path, **fields)
+    finally:
+        if not keep_folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _screening_result(violations: list[Violation], finish: Any) -> SandboxResult:
+    listed = [v.to_dict() for v in violations]
+    syntax = [v for v in violations if v.kind == "syntax"]
+    if syntax:
+        return finish("compile_error", syntax[0].message,
+                      details={"phase": "screening", "violations": listed, "compile_log": syntax[0].message})
+    shown = [f"{v.construct} ({f'line {v.line}' if v.line else 'file'})" for v in violations[:5]]
+    more = f" and {len(violations) - 5} more" if len(violations) > 5 else ""
+    message = f"refused by screening: {'; '.join(shown)}{more}"
+    return finish("forbidden", message, details={"phase": "screening", "violations": listed})
+
+
+def _check_samples(samples: Sequence[Sample], counts: Sequence[int] | None) -> list[Sample]:
+    if isinstance(samples, Sample) or not isinstance(samples, Sequence):
+        raise TypeError("samples must be a sequence of forge.samples.Sample")
+    out = []
+    for i, sample in enumerate(samples):
+        if not isinstance(sample, tuple) or len(sample) != 2 or not isinstance(sample[1], dict):
+            raise TypeError(f"samples[{i}] must be a forge.samples.Sample (args, kwargs), got {type(sample).__name__}")
+        out.append(Sample(tuple(sample[0]), dict(sample[1])))
+    if not out:
+        raise ValueError("run_candidate needs at least one sample")
+    if counts is not None and (len(counts) != len(out) or any(not isinstance(c, int) or c < 1 for c in counts)):
+        raise ValueError(f"counts must hold one int >= 1 per sample ({len(out)}), got {list(counts)!r}")
+    return out
+
+
+def _device_of(samples: list[Sample], language: KernelLanguage) -> str:
+    devices: set[str] = set()
+    for sample in samples:
+        for value in _leaves((sample.args, sample.kwargs)):
+            if isinstance(value, torch.Tensor):
+                devices.add(str(value.device))
+            elif isinstance(value, TensorSpec):
+                devices.add(str(torch.device(value.device)))
+    if len(devices) > 1:
+        raise ValueError(f"samples live on several devices ({', '.join(sorted(devices))}); use one device per run")
+    device = devices.pop() if devices else "cpu"
+    if torch.device(device).type not in language.device_types():
+        raise ValueError(f"{language.name} kernels cannot run on {device}; supported device types: "
+                         f"{', '.join(language.device_types())}")
+    return device
+
+
+def _leaves(value: Any):
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _make_folder(workdir: str | os.PathLike[str] | None, keep: bool) -> tuple[Path, bool]:
+    if workdir is None:
+        return Path(tempfile.mkdtemp(prefix="kforge-sandbox-")), keep
+    folder = Path(workdir)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"sandbox workdir {folder} is not empty; pass a new or empty folder per run")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder, True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The child process
+# ---------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Outcome:
+    returncode: int | None
+    pid: int = 0
+    timed_out: bool = False
+    cancelled: bool = False
+    cancel_reason: str = ""
+    wall_s: float = 0.0
+
+
+def _run_child(
+    argv: list[str],
+    folder: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    cancel_event: threading.Event | None,
+    registry: ProcessRegistry | None,
+) -> _Outcome:
+    start = time.monotonic()
+    with open(folder / protocol.STDOUT_FILE, "wb") as out, open(folder / protocol.STDERR_FILE, "wb") as err:
+        process = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                   start_new_session=True, close_fds=True)
+    registries = [_ALL_CHILDREN] + ([registry] if registry is not None and registry is not _ALL_CHILDREN else [])
+    tracked = [(r, r.add(process)) for r in registries]
+    outcome = _Outcome(returncode=None, pid=process.pid)
+    try:
+        deadline = start + timeout_s
+        while not _exited(process.pid):
+            if any(c.cancelled for _, c in tracked):
+                outcome.cancelled, outcome.cancel_reason = True, "killed by kill_all"
+                break
+            if cancel_event is not None and cancel_event.is_set():
+                outcome.cancelled, outcome.cancel_reason = True, "cancel_event was set"
+                break
+            if time.monotonic() >= deadline:
+                outcome.timed_out = True
+                break
+            if cancel_event is not None:
+                cancel_event.wait(_POLL_S)
+            else:
+                time.sleep(_POLL_S)
+        if not _exited(process.pid):
+            _terminate(process)
+        if any(c.cancelled for _, c in tracked) and not outcome.timed_out:
+            outcome.cancelled = True
+            outcome.cancel_reason = outcome.cancel_reason or "killed by kill_all"
+    finally:
+        for owner, child in tracked:
+            owner.discard(child)
+        process.wait()  # reap only after every registry let go: the group id stays reserved until here
+    outcome.returncode = process.returncode
+    outcome.wall_s = time.monotonic() - start
+    return outcome
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    """SIGTERM the group, then SIGKILL it if the leader has not ended after a short grace."""
+    _signal_group(process.pid, signal.SIGTERM)
+    grace_end = time.monotonic() + _TERM_GRACE_S
+    while time.monotonic() < grace_end and not _exited(process.pid):
+        time.sleep(_POLL_S)
+    _signal_group(process.pid, signal.SIGKILL)
+
+
+def _read_tail(path: Path, limit: int = OUTPUT_LIMIT_CHARS) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text if size <= limit else f"[... {size - limit} bytes cut ...]\n{text}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+_SIGNAL_HINTS = {
+    "SIGXCPU": "CPU time limit exceeded",
+    "SIGXFSZ": "file size limit exceeded (too much output?)",
+    "SIGSEGV": "segmentation fault",
+    "SIGBUS": "bus error",
+    "SIGABRT": "aborted",
+    "SIGKILL": "killed (CPU hard limit or out of memory)",
+    "SIGFPE": "arithmetic fault",
+    "SIGILL": "illegal instruction",
+}
+
+
+def _classify(outcome: _Outcome, folder: Path, timeout_s: float) -> dict[str, Any]:
+    stdout = _read_tail(folder / protocol.STDOUT_FILE)
+    stderr = _read_tail(folder / protocol.STDERR_FILE)
+    fields: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
+    details: dict[str, Any] = {"pid": outcome.pid, "exit_code": outcome.returncode,
+                               "child_wall_s": round(outcome.wall_s, 3)}
+    if outcome.cancelled:
+        details.update(cancelled=True, reason=outcome.cancel_reason)
+        return {**fields, "status": "timeout", "message": f"run cancelled ({outcome.cancel_reason})",
+                "details": details}
+    if outcome.timed_out:
+        details.update(cancelled=False, timeout_s=timeout_s)
+        return {**fields, "status": "timeout", "message": f"no result within {timeout_s:g} s; the child was killed",
+                "details": details}
+    code = outcome.returncode
+    result_path = folder / protocol.RESULT_FILE
+    if code is not None and code < 0:
+        name = _signal_name(-code)
+        hint = _SIGNAL_HINTS.get(name, "")
+        details.update(signal=name, signal_number=-code, stderr_tail=stderr[-2000:])
+        return {**fields, "status": "crash",
+                "message": f"child killed by {name}" + (f" ({hint})" if hint else ""), "details": details}
+    try:
+        verdict = protocol.read_json(result_path)
+        status, message = verdict["status"], str(verdict["message"])
+    except (OSError, ValueError, KeyError) as exc:
+        details.update(stderr_tail=stderr[-2000:], result_error=f"{type(exc).__name__}: {exc}")
+        return {**fields, "status": "crash", "message": f"child exited with code {code} without a valid result",
+                "details": details}
+    if status not in {"ok", "compile_error", "runtime_error", "mismatch", "crash"}:
+        details.update(result_error=f"unexpected status {status!r}")
+        return {**fields, "status": "crash", "message": "child wrote an invalid result", "details": details}
+    details.update(verdict.get("details") or {})
+    return {**fields, "status": status, "message": message, "details": details,
+            "latency_ms": verdict.get("latency_ms"), "baseline_ms": verdict.get("baseline_ms")}

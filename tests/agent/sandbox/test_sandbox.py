@@ -1,0 +1,397 @@
+"""The sandbox end to end: real child processes, real Triton (interpreted on CPU), the real oracle and benchmark.
+
+Shapes are tiny so the interpreter is quick; every status has a test that produces it from a real candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.sandbox import SandboxPool, kill_all, live_process_groups, network_isolation, run_candidate
+from forge.checking import KernelUtils
+from forge.samples import Sample, TensorSpec
+
+FAST = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
+
+RELU = textwrap.dedent(
+    """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+    def kernel_function(input, inplace=False):
+        x = input.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        # BODY
+        _relu_kernel[(triton.cdiv(n, 128),)](x, y, n, BLOCK=128)
+        return y.view(input.shape)
+    """
+)
+
+
+def relu_with(body: str = "", header: str = "", *, kernel: tuple[str, str] | None = None) -> str:
+    """The correct relu kernel with extra lines in kernel_function, a header after the imports, or a kernel edit."""
+    source = RELU.replace("    # BODY", textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") if body else "")
+    if header:
+        source = source.replace("import triton.language as tl\n", "import triton.language as tl\n" + header + "\n")
+    if kernel:
+        assert kernel[0] in source
+        source = source.replace(*kernel)
+    return source
+
+
+def samples() -> list[Sample]:
+    return [Sample((torch.randn(4, 32),), {})]
+
+
+def run(source: str, **kwargs) -> object:
+    kwargs.setdefault("kernel_utils", FAST)
+    kwargs.setdefault("benchmark", False)
+    kwargs.setdefault("timeout_s", 60)
+    return run_candidate(source, "relu", samples(), **kwargs)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The statuses
+# ---------------------------------------------------------------------------------------------------------
+def test_correct_kernel_is_ok_with_candidate_and_baseline_timings(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    two = [Sample((torch.randn(4, 32),), {}), Sample((TensorSpec((2, 16), torch.float32),), {})]
+    result = run_candidate(relu_with("print('hello from the candidate')"), "relu", two, kernel_utils=FAST,
+                           benchmark=True, counts=[2, 1], timeout_s=60)
+    assert result.status == "ok", (result.message, result.details, result.stderr)
+    for timing in (result.latency_ms, result.baseline_ms):
+        assert timing is not None and timing["median_ms"] > 0 and timing["runs"] >= 3 and timing["device"] == "cpu"
+    assert result.speedup is not None and result.speedup > 0
+    assert "hello from the candidate" in result.stdout
+    assert result.isolation in {"netns", "none"} and result.isolation_reason
+    assert result.source_path is None
+    assert not list(tmp_path.glob("kforge-sandbox-*")), "the run folder must be removed when not kept"
+    assert result.to_dict()["status"] == "ok"
+
+
+def test_workdir_keeps_the_artifacts(tmp_path) -> None:
+    folder = tmp_path / "attempt-1"
+    result = run(relu_with(), workdir=folder)
+    assert result.status == "ok"
+    assert result.source_path == str(folder / "kernel.py")
+    assert Path(result.source_path).read_text() == relu_with()
+    assert (folder / "result.json").is_file() and (folder / "job.json").is_file()
+    with pytest.raises(ValueError, match="not empty"):
+        run(relu_with(), workdir=folder)
+
+
+def test_syntax_error_is_a_compile_error_and_nothing_runs(tmp_path) -> None:
+    marker = tmp_path / "ran"
+    source = relu_with(header=f"open({str(marker)!r}, 'w').close()").replace(
+        "def kernel_function(input, inplace=False):", "def kernel_function(input, inplace=False)")
+    result = run(source)
+    assert result.status == "compile_error"
+    assert "syntax error" in result.message and "expected ':'" in result.message
+    assert result.details["phase"] == "screening"
+    assert not marker.exists()
+
+
+def test_triton_compile_error_is_a_compile_error_with_the_log() -> None:
+    result = run(relu_with(kernel=("tl.arange(0, BLOCK)", "tl.arange(0, 3)")))
+    assert result.status == "compile_error", (result.message, result.details)
+    assert "power of 2" in result.details["compile_log"]
+    assert "kernel.py" in result.details["exception"]["traceback"]
+
+
+def test_wrong_values_are_a_mismatch_with_the_errors() -> None:
+    result = run(relu_with(kernel=("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")))
+    assert result.status == "mismatch", (result.message, result.details)
+    errors = result.details["errors"]
+    assert errors and all(isinstance(e, str) for e in errors)
+    assert "outside tolerance" in errors[0]
+    assert result.latency_ms is None
+
+
+def test_exception_in_the_wrapper_is_a_runtime_error() -> None:
+    result = run(relu_with("raise ValueError('boom from the candidate')"))
+    assert result.status == "runtime_error", (result.message, result.details)
+    exception = result.details["exception"]
+    assert exception["type"] == "builtins.ValueError" and exception["message"] == "boom from the candidate"
+    assert "kernel.py" in exception["traceback"] and "child.py" not in exception["traceback"]
+
+
+@pytest.mark.parametrize(
+    ("body", "header", "construct"),
+    [
+        ("y = F.relu(x)", "import torch.nn.functional as F", "torch.nn.functional.relu"),
+        ("y = torch.relu(x)", "", "torch.relu"),
+        ("y = x.relu()", "", ".relu"),
+        ("y = G.relu(x)", "from torch.nn import functional as G", "torch.nn.functional.relu"),
+    ],
+)
+def test_forbidden_candidate_never_runs(tmp_path, body: str, header: str, construct: str) -> None:
+    marker = tmp_path / "ran"
+    # Were it run, the candidate would create the marker at import.
+    source = relu_with(body + "\nreturn y", header + f"\ntorch.save(1, {str(marker)!r})")
+    result = run(source)
+    assert result.status == "forbidden"
+    assert construct in [v["construct"] for v in result.details["violations"]]
+    assert construct.lstrip(".") in result.message
+    assert not marker.exists()
+
+
+def test_the_marker_route_does_run_when_screening_is_off(tmp_path) -> None:
+    """Shows the marker proves something: the same forbidden candidate, unscreened, runs and writes it."""
+    marker = tmp_path / "ran"
+    source = relu_with("y = torch.relu(x)\nreturn y", f"torch.save(1, {str(marker)!r})")
+    result = run(source, screen=False)
+    assert marker.exists()
+    assert result.status == "ok"  # a PyTorch fallback is numerically right: only screening stops it
+
+
+def test_hanging_kernel_times_out_and_its_process_group_is_gone() -> None:
+    result = run(relu_with("while True:\n    pass"), timeout_s=5)
+    assert result.status == "timeout"
+    assert result.details["cancelled"] is False and result.details["timeout_s"] == 5
+    assert not group_alive(result.details["pid"])
+    assert result.details["pid"] not in live_process_groups()
+
+
+def test_segfault_is_a_crash_with_the_signal_and_the_parent_goes_on() -> None:
+    # Screening refuses `import os`, so the crash path is exercised with screening off (unsafe, tests only).
+    source = relu_with("os.kill(os.getpid(), signal.SIGSEGV)", "import os\nimport signal")
+    result = run(source, screen=False)
+    assert result.status == "crash"
+    assert result.details["signal"] == "SIGSEGV" and result.details["signal_number"] == signal.SIGSEGV
+    assert "SIGSEGV" in result.message
+    assert not group_alive(result.details["pid"])
+    # The parent is unaffected and can screen the next candidate.
+    assert run(relu_with("y = torch.relu(x)")).status == "forbidden"
+
+
+def test_cpu_limit_kills_a_busy_child() -> None:
+    result = run(relu_with("while True:\n    pass"), timeout_s=120, cpu_limit_s=6)
+    assert result.status == "crash", (result.message, result.details)
+    assert result.details["signal"] in {"SIGXCPU", "SIGKILL"}
+
+
+_PROBE = textwrap.dedent(
+    """
+    import os
+    import socket
+    import sys
+
+    _PORT = {port}
+    _REPORTED = []
+
+
+    def _report():
+        if _REPORTED:
+            return
+        _REPORTED.append(True)
+        for name in ("OPENAI_API_KEY", "KFORGE_LLM_API_KEY", "MY_SERVICE_TOKEN"):
+            print("ENV", name, repr(os.environ.get(name)))
+        print("ENVKEYS", ",".join(sorted(os.environ)))
+        print("HOME", os.environ.get("HOME"))
+        try:
+            socket.create_connection(("127.0.0.1", _PORT), timeout=2).close()
+            print("NET connected")
+        except OSError as exc:
+            print("NET blocked", type(exc).__name__)
+        sys.stdout.flush()
+    """
+)
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_child_sees_no_secrets_and_no_network(monkeypatch, listener) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-parent-secret")
+    monkeypatch.setenv("KFORGE_LLM_API_KEY", "kf-test-parent-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-test-parent-secret")
+    source = relu_with("_report()", header=_PROBE.format(port=listener))
+    result = run(source, screen=False)
+    assert result.status == "ok", (result.message, result.details, result.stderr)
+    for name in ("OPENAI_API_KEY", "KFORGE_LLM_API_KEY", "MY_SERVICE_TOKEN"):
+        assert f"ENV {name} None" in result.stdout
+    assert "secret" not in result.stdout
+    keys = next(line for line in result.stdout.splitlines() if line.startswith("ENVKEYS")).split(" ", 1)[1]
+    assert not any(k in keys for k in ("KEY", "TOKEN", "SECRET"))
+    assert "HOME /" in result.stdout and "kforge-sandbox-" in result.stdout
+    if result.isolation != "netns":
+        pytest.skip(f"this host gives no network namespace: {result.isolation_reason}")
+    assert "NET blocked" in result.stdout
+
+
+def test_without_isolation_the_same_probe_reaches_the_network(listener) -> None:
+    """The network check above can fail: with isolation off, the probe connects."""
+    result = run(relu_with("_report()", header=_PROBE.format(port=listener)), screen=False, isolation="none")
+    assert result.status == "ok"
+    assert result.isolation == "none" and "isolation='none'" in result.isolation_reason
+    assert "NET connected" in result.stdout
+
+
+def test_network_isolation_probe_is_cached_and_explained() -> None:
+    first = network_isolation()
+    assert first is network_isolation()
+    assert first.mode in {"netns", "none"} and first.reason
+    assert (first.mode == "netns") == bool(first.prefix)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cancellation, kill_all and the pool
+# ---------------------------------------------------------------------------------------------------------
+def _start(target, *args, **kwargs) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", target(*args, **kwargs)), daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _wait_for(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_kill_all_ends_every_live_child() -> None:
+    thread, box = _start(run, relu_with("while True:\n    pass"), timeout_s=120)
+    _wait_for(lambda: bool(live_process_groups()))
+    groups = live_process_groups()
+    assert kill_all(timeout_s=5.0) >= 1
+    thread.join(10)
+    assert not thread.is_alive()
+    result = box["result"]
+    assert result.status == "timeout" and result.details["cancelled"] is True
+    assert live_process_groups() == []
+    assert not any(group_alive(g) for g in groups)
+
+
+def test_cancel_event_aborts_a_running_child() -> None:
+    cancel = threading.Event()
+    thread, box = _start(run, relu_with("while True:\n    pass"), timeout_s=120, cancel_event=cancel)
+    _wait_for(lambda: bool(live_process_groups()))
+    cancel.set()
+    thread.join(10)
+    result = box["result"]
+    assert result.status == "timeout"
+    assert result.details["cancelled"] is True and result.details["reason"] == "cancel_event was set"
+    assert not group_alive(result.details["pid"])
+
+
+def test_pool_limits_concurrency_and_cancels_waiting_runs() -> None:
+    pool = SandboxPool(max_concurrent=1, kernel_utils=FAST, benchmark=False, timeout_s=120)
+    first_thread, first = _start(pool.run, relu_with("while True:\n    pass"), "relu", samples())
+    _wait_for(lambda: bool(pool.live_process_groups()))
+    cancel = threading.Event()
+    second_thread, second = _start(pool.run, relu_with(), "relu", samples(), cancel_event=cancel)
+    time.sleep(0.3)
+    assert second_thread.is_alive(), "the second run must wait for the only slot"
+    assert len(pool.live_process_groups()) == 1
+    cancel.set()
+    second_thread.join(5)
+    assert second["result"].status == "timeout" and second["result"].details["cancelled"] is True
+    assert "waiting for a sandbox slot" in second["result"].message
+    assert pool.close() == 1
+    first_thread.join(10)
+    assert first["result"].status == "timeout" and first["result"].details["cancelled"] is True
+    assert pool.live_process_groups() == [] and live_process_groups() == []
+    assert pool.run(relu_with(), "relu", samples()).details["cancelled"] is True  # closed pool refuses
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------------------
+def test_bad_arguments_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="not a replaceable torch.nn.functional function"):
+        run_candidate(RELU, "no_such_op", samples())
+    with pytest.raises(ValueError, match="at least one sample"):
+        run_candidate(RELU, "relu", [])
+    with pytest.raises(ValueError, match="isolation must be"):
+        run_candidate(RELU, "relu", samples(), isolation="vm")
+    with pytest.raises(ValueError, match="counts must hold one int"):
+        run_candidate(RELU, "relu", samples(), counts=[1, 2])
+    with pytest.raises(ValueError, match="looks like a credential"):
+        run_candidate(RELU, "relu", samples(), extra_env={"OPENAI_API_KEY": "x"}, screen=False)
+    with pytest.raises(ValueError, match="SandboxPool|max_concurrent"):
+        SandboxPool(max_concurrent=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On a GPU: real Triton compilation
+# ---------------------------------------------------------------------------------------------------------
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_kernel_is_ok_and_timed_on_the_gpu() -> None:
+    cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
+    result = run_candidate(RELU, "relu", cuda_samples, kernel_utils=FAST, benchmark=True, timeout_s=300)
+    assert result.status == "ok", (result.message, result.details, result.stderr)
+    assert result.latency_ms["device"].startswith("cuda") and result.baseline_ms["device"].startswith("cuda")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_compile_error_carries_the_compiler_log() -> None:
+    cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
+    source = relu_with(kernel=("tl.arange(0, BLOCK)", "tl.arange(0, 3)"))
+    result = run_candidate(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
+    assert result.status == "compile_error", (result.message, result.details, result.stderr)
+    assert "power of 2" in result.details["compile_log"]
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cuda_illegal_address_ends_only_the_child() -> None:
+    cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
+    source = relu_with(kernel=("x = tl.load(x_ptr + offs, mask=mask)", "x = tl.load(x_ptr + offs + (1 << 40))"))
+    result = run_candidate(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
+    assert result.status in {"runtime_error", "crash"}, (result.message, result.details)
+    if result.status == "runtime_error":
+        assert "illegal" in result.message or "illegal" in result.details["exception"]["message"]
+    assert torch.cuda.is_available() and torch.ones(1, device="cuda").item() == 1.0
+
+
+def test_device_faults_are_told_apart_from_harness_errors() -> None:
+    from agent.sandbox.child import is_device_fault
+
+    assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
+    assert not is_device_fault(ValueError("validate needs at least one sample"))
