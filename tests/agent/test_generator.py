@@ -1,0 +1,210 @@
+"""LLMKernelGenerator end to end against a scripted OpenAI-compatible server on loopback (real sockets, the real
+openai SDK, real sandbox subprocesses, real Triton under the interpreter)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
+from forge.checking import KernelUtils
+from forge.demo import demo_inputs, demo_model
+from forge.optimizer import KernelOptimizer
+from forge.plan import KernelOptimizationPlan, PlanEntry
+from forge.provider import KernelProvider
+from forge.samples import Sample
+from tests.agent.kernels import (
+    RMS_NORM_OK,
+    SILU_COMPILE_ERROR,
+    SILU_FORBIDDEN,
+    SILU_HANG,
+    SILU_OK,
+    SILU_WRONG,
+    fenced,
+)
+from tests.agent.llm_server import ScriptedLLMServer, reply, server_error
+
+QUICK = KernelUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_s=0.01)
+
+
+def _generator(server: ScriptedLLMServer, tmp_path, **kwargs) -> LLMKernelGenerator:
+    config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test", cache_dir=tmp_path / "cache",
+                       max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05,
+                       input_price_per_mtok=1.0, output_price_per_mtok=2.0, **kwargs.pop("config", {}))
+    options = {"candidates": 1, "attempts": 4, "optimize_rounds": 0, "kernel_utils": QUICK,
+               "artifacts_dir": tmp_path / "runs", "sandbox_timeout_s": 120.0}
+    options.update(kwargs)
+    return LLMKernelGenerator(config, **options)
+
+
+def _silu_samples() -> list[Sample]:
+    # Seeded: the oracle's mismatch values appear in fix prompts, so a replay needs the same inputs.
+    return [Sample((torch.randn(8, 64, generator=torch.Generator().manual_seed(0)),), {})]
+
+
+def _user_prompts(server: ScriptedLLMServer) -> list[str]:
+    return [r["messages"][-1]["content"] for r in server.requests]
+
+
+def test_compile_error_then_wrong_then_correct_gives_a_provider(scripted_llm, tmp_path) -> None:
+    scripted_llm.push(reply(fenced(SILU_COMPILE_ERROR)), reply(fenced(SILU_WRONG)), reply(fenced(SILU_OK)))
+    generator = _generator(scripted_llm, tmp_path)
+    samples = _silu_samples()
+    assert generator.prepare("silu", samples)
+    result = generator.submit("silu", samples).result(timeout=300)
+    assert result.succeeded, result.error
+    assert isinstance(result.provider, GeneratedKernelProvider)
+    x = torch.randn(8, 64)
+    torch.testing.assert_close(result.provider(x), F.silu(x))
+    prompts = _user_prompts(scripted_llm)
+    assert len(prompts) == 3
+    assert "compile" in prompts[1].lower() and "arange" in prompts[1]  # the compile log went back
+    assert "mismatch" in prompts[2].lower() or "max abs" in prompts[2].lower()  # the oracle's errors went back
+    assert result.usage["attempts"] == 3 and result.usage["prompt_tokens"] > 0
+    assert result.usage["cost_usd"] is not None
+    state = result.provider.to_dict()
+    assert state["source"].strip() == SILU_OK.strip() and state["metadata"]["model"] == "scripted-model"
+    # artifacts: the conversation is on disk
+    assert list((tmp_path / "runs").rglob("turn02-kernel.py"))
+
+
+def test_reply_without_code_and_forbidden_kernel_get_specific_feedback(scripted_llm, tmp_path) -> None:
+    scripted_llm.push(reply("I think you should use a fused kernel."), reply(fenced(SILU_FORBIDDEN)),
+                      reply(fenced(SILU_OK)))
+    generator = _generator(scripted_llm, tmp_path)
+    result = generator.submit("silu", _silu_samples()).result(timeout=300)
+    assert result.succeeded
+    prompts = _user_prompts(scripted_llm)
+    assert "no" in prompts[1].lower() and "```python" in prompts[1]
+    assert "torch.nn.functional.silu" in prompts[2] or "F.silu" in prompts[2] or "forbidden" in prompts[2].lower()
+
+
+def test_server_errors_past_the_retry_budget_give_a_failure_result(scripted_llm, tmp_path) -> None:
+    scripted_llm.push(*[server_error(503) for _ in range(5)])
+    generator = _generator(scripted_llm, tmp_path)
+    result = generator.submit("silu", _silu_samples()).result(timeout=60)
+    assert not result.succeeded
+    assert "server" in result.error
+
+
+def test_hanging_kernel_times_out_and_the_loop_goes_on(scripted_llm, tmp_path) -> None:
+    scripted_llm.push(reply(fenced(SILU_HANG)), reply(fenced(SILU_OK)))
+    generator = _generator(scripted_llm, tmp_path, sandbox_timeout_s=20.0)
+    result = generator.submit("silu", _silu_samples()).result(timeout=300)
+    assert result.succeeded
+    assert "timeout" in _user_prompts(scripted_llm)[1].lower()
+    assert generator.sandbox.live_process_groups() == []
+
+
+def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
+    generator = LLMKernelGenerator(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path),
+                                   functions=["silu"])
+    assert generator.supports_functions() == ["silu"]
+    assert not generator.prepare("relu", _silu_samples())
+    assert not generator.prepare("silu", [Sample((torch.randn(2, 2, device="meta"),), {})])
+    assert not generator.prepare("silu", [])
+    assert "dropout" not in LLMKernelGenerator(LLMConfig(model="m", base_url="http://x", cache_dir=tmp_path)) \
+        .supports_functions()
+    with pytest.raises(ValueError, match="unknown torch.nn.functional"):
+        LLMKernelGenerator(LLMConfig(model="m", base_url="http://x"), functions=["not_a_function"])
+
+
+def test_replay_from_cassette_with_the_server_down(tmp_path) -> None:
+    cassette = tmp_path / "silu.jsonl"
+    with ScriptedLLMServer([reply(fenced(SILU_WRONG)), reply(fenced(SILU_OK))]) as server:
+        generator = _generator(server, tmp_path, config={"cassette": cassette, "cassette_mode": "record"},
+                               use_cache=False)
+        recorded = generator.submit("silu", _silu_samples()).result(timeout=300)
+        assert recorded.succeeded
+        generator.close()
+    assert server.pending_steps == 0
+    # The server is gone: replay must not touch the network.
+    replay = LLMKernelGenerator(
+        LLMConfig(model="scripted-model", base_url="http://127.0.0.1:9/v1", cassette=cassette,
+                  cassette_mode="replay", cache_dir=tmp_path / "cache2"),
+        candidates=1, attempts=4, optimize_rounds=0, kernel_utils=QUICK, artifacts_dir=tmp_path / "runs2",
+    )
+    replayed = replay.submit("silu", _silu_samples()).result(timeout=300)
+    assert replayed.succeeded
+    assert replayed.provider.source == recorded.provider.source
+    assert replayed.usage["cassette_calls"] == 2
+
+
+def test_make_plan_on_the_demo_model_validates_a_generated_kernel_and_reuses_the_cache(tmp_path) -> None:
+    model, data = demo_model("cpu"), demo_inputs("cpu")
+    with ScriptedLLMServer([reply(fenced(RMS_NORM_OK))]) as server:
+        generator = _generator(server, tmp_path, functions=["rms_norm"])
+        optimizer = KernelOptimizer(kernel_generators=generator, kernel_utils=QUICK,
+                                    generator_min_time_share_percent=0.0, generation_timeout=600)
+        optimizer.make_plan(model, data)
+        rows = optimizer.report[optimizer.report["source"] == "generated"]
+        assert len(rows) == 1
+        # validated in-process by the optimizer's oracle; interpreted Triton on a CPU is not faster than eager
+        assert rows.iloc[0]["status"] in {"selected", "slower", "not significant"}, rows.iloc[0]["error"]
+        assert len(server.requests) == 1
+
+        # a second make_plan on the same model: served from the kernel cache, no LLM call
+        generator2 = _generator(server, tmp_path, functions=["rms_norm"])
+        optimizer2 = KernelOptimizer(kernel_generators=generator2, kernel_utils=QUICK,
+                                     generator_min_time_share_percent=0.0, generation_timeout=600)
+        optimizer2.make_plan(model, data)
+        assert len(server.requests) == 1
+        cached = optimizer2.report[optimizer2.report["source"] == "generated"]
+        assert cached.iloc[0]["status"] in {"selected", "slower", "not significant"}
+
+    # the generated provider round-trips through a plan file and runs with no LLM
+    provider = generator2.cache.get(generator2.cache_key_for(generator2._task("rms_norm", [
+        s for _, s in _rms_samples(model, data)])[0]))[0]
+    provider.prepare([])
+    entry = PlanEntry(provider=provider, signatures=tuple(s for _, s in _rms_samples(model, data)), source="generated")
+    path = KernelOptimizationPlan(entries=(entry,)).save(tmp_path / "plan.json")
+    data_json = json.loads(path.read_text())
+    assert "tl.sum" in data_json["entries"][0]["provider"]["source"]
+    loaded = KernelOptimizationPlan.load(path)
+    with loaded.apply(model) as runtime:
+        out = model(*data[0].args)
+    assert runtime.stats["rms_norm"].provider_calls > 0
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(*data[0].args))
+
+
+def _rms_samples(model, data):
+    from forge.profiler import ModuleFunctionKernelProfiler
+
+    profile = ModuleFunctionKernelProfiler({"rms_norm"}, warmup_iterations=0).profile(model, data)
+    return profile.functions["rms_norm"].samples
+
+
+def test_generation_timeout_cancels_in_flight_calls(tmp_path) -> None:
+    from tests.agent.llm_server import hang
+
+    with ScriptedLLMServer([hang(60)]) as server:
+        generator = _generator(server, tmp_path, functions=["silu"])
+        optimizer = KernelOptimizer(kernel_generators=generator, kernel_utils=QUICK,
+                                    generator_min_time_share_percent=0.0, generation_timeout=2.0)
+
+        class SiluNet(torch.nn.Module):
+            def forward(self, x):
+                return F.silu(x)
+
+        start = time.monotonic()
+        plan = optimizer.make_plan(SiluNet(), _silu_samples())
+        assert time.monotonic() - start < 30
+        assert len(plan) == 0
+        assert list(optimizer.report["status"]) == ["timeout"]
+        assert generator.sandbox.live_process_groups() == []
+
+
+def test_provider_restored_from_an_edited_plan_is_refused() -> None:
+    provider = GeneratedKernelProvider("silu", SILU_OK, signatures=_silu_samples())
+    assert provider.prepare(_silu_samples())
+    state = provider.to_dict()
+    state["source"] = state["source"].replace("tl.exp(-x)", "tl.exp(x)")
+    with pytest.raises(ValueError, match="sha256"):
+        KernelProvider.from_dict(state)
+    forbidden = GeneratedKernelProvider("silu", SILU_FORBIDDEN)
+    assert not forbidden.prepare(_silu_samples())
