@@ -22,6 +22,8 @@ def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--optimize-rounds", type=int, default=2, help="extra turns asking for faster kernels (2)")
     group.add_argument("--prompts-dir", help="folder of .j2 templates overriding the built-in prompts")
     group.add_argument("--artifacts-dir", help="where conversations, kernels and verdicts are written")
+    group.add_argument("--generate-functions", metavar="NAMES",
+                       help="comma-separated functions the generator may attempt (default: all deterministic ones)")
 
 
 def generators_from_args(args: argparse.Namespace) -> list:
@@ -47,5 +49,28 @@ def generators_from_args(args: argparse.Namespace) -> list:
             optimize_rounds=args.optimize_rounds,
             prompts_dir=args.prompts_dir,
             artifacts_dir=args.artifacts_dir,
+            functions=_names(args.generate_functions),
         )
     ]
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def first_turn_requests(generator, profile, functions: list[str]) -> list[dict]:
+    """The exact first request the generator sends for each function (what a recording would key on)."""
+    from agent.llm.cassette import canonical_request
+
+    requests = []
+    for name in functions:
+        profiled = profile.functions.get(name)
+        if profiled is None or not profiled.samples:
+            continue
+        samples = [s for _, s in profiled.samples]
+        task, _ = generator._task(name, samples)
+        messages = [{"role": "system", "content": generator.renderer.system(task)},
+                    {"role": "user", "content": generator.renderer.generate(task)}]
+        request = canonical_request(generator.config.model, messages, generator.config.generation_parameters())
+        requests.append({"function": name, "request": request})
+    return requests

@@ -207,6 +207,36 @@ def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, benchmark: Any)
     _print_table("end-to-end latency (one pass over the inputs)", pd.DataFrame(rows))
 
 
+def _cmd_prompts(args: argparse.Namespace) -> int:
+    """Write the first request the LLM generator would send for each hot function (JSONL), without calling an LLM."""
+    import json
+
+    from agent.cli_support import first_turn_requests
+    from agent.generator import LLMKernelGenerator
+    from agent.llm import LLMConfig
+    from forge.demo import demo_inputs, demo_model
+    from forge.profiler import ModuleFunctionKernelProfiler
+
+    device = _pick_device(args.device)
+    if args.demo:
+        model, data = demo_model(device), demo_inputs(device)
+    else:
+        if not (args.target and args.inputs):
+            raise SystemExit("kforge prompts: give --demo or a PKG.MODULE:FACTORY target with --inputs")
+        model, data = load_target(args.target, device), load_inputs(args.inputs, device)
+    config = LLMConfig.from_env(**({"model": args.llm_model} if args.llm_model else {}))
+    generator = LLMKernelGenerator(config, functions=args.functions.split(",") if args.functions else None,
+                                   use_cache=False)
+    names = set(generator.supports_functions())
+    profile = ModuleFunctionKernelProfiler(names).profile(model, data)
+    requests = first_turn_requests(generator, profile, [n for n in profile.functions if n in names])
+    with open(args.out, "w") as handle:
+        for item in requests:
+            handle.write(json.dumps(item) + "\n")
+    print(f"wrote {len(requests)} request(s) to {args.out}: {', '.join(r['function'] for r in requests)}")
+    return 0
+
+
 def _cmd_plan_show(args: argparse.Namespace) -> int:
     from forge.plan import KernelOptimizationPlan, PlanLoadError
 
@@ -257,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_generator_arguments(opt)
     opt.set_defaults(func=_cmd_optimize)
+
+    prompts = sub.add_parser("prompts", help="write the generator's first LLM request per hot function (no LLM call)")
+    prompts.add_argument("target", nargs="?", help="PKG.MODULE:FACTORY returning an nn.Module")
+    prompts.add_argument("--demo", action="store_true")
+    prompts.add_argument("--inputs")
+    prompts.add_argument("--device", default="auto")
+    prompts.add_argument("--functions", help="comma-separated function names (default: all the generator supports)")
+    prompts.add_argument("--llm-model", help="model name recorded in the requests (default $KFORGE_LLM_MODEL)")
+    prompts.add_argument("--out", required=True, help="JSONL file to write")
+    prompts.set_defaults(func=_cmd_prompts)
 
     plan = sub.add_parser("plan", help="inspect saved plans")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)
