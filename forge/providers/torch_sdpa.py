@@ -8,6 +8,7 @@ and refuses the provider when any sample is rejected.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -66,7 +67,8 @@ class TorchSDPAProvider(KernelProvider, type_name="torch_sdpa"):
         for index, sample in enumerate(samples):
             args, kwargs = clone_value(tuple(sample.args)), clone_value(dict(sample.kwargs))
             try:
-                with sdpa_kernel([self.backend]):
+                with warnings.catch_warnings(), sdpa_kernel([self.backend]):
+                    warnings.simplefilter("ignore", UserWarning)  # PyTorch explains each refusal as a warning
                     self._sdpa(*args, **kwargs)
             except Exception as exc:  # the backend rejects this shape/dtype/mask
                 logger.info("%s cannot run sample %d %s: %s", self.name, index, sample.describe(), exc)
