@@ -1,0 +1,64 @@
+"""The kforge CLI: the demo end to end, a user's model by PKG.MODULE:FACTORY, and plan show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forge.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_optimize_demo_writes_a_loadable_plan(tmp_path, capsys) -> None:
+    out = tmp_path / "demo.plan.json"
+    assert main(["optimize", "--demo", "--device", "cpu", "--no-generate", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "== profile" in printed and "rms_norm" in printed and "== candidates ==" in printed
+    assert json.loads(out.read_text())["format"] == "kernel-forge-plan"
+    assert main(["plan", "show", str(out)]) == 0
+    assert "replacement(s)" in capsys.readouterr().out
+
+
+def test_optimize_a_user_model_by_factory(tmp_path, monkeypatch, capsys) -> None:
+    package = tmp_path / "usermodels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "mlp.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def build():
+            return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64))
+
+        def inputs():
+            return [torch.randn(8, 32), torch.randn(8, 32)]
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["optimize", "usermodels.mlp:build", "--inputs", "usermodels.mlp:inputs", "--device", "cpu",
+                 "--no-generate"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "gelu" in printed and "layer_norm" in printed and "linear" in printed
+
+
+def test_bad_target_and_plan_errors_are_clear(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit, match="PKG.MODULE:NAME"):
+        main(["optimize", "nocolon", "--inputs", "x:y", "--device", "cpu"])
+    with pytest.raises(SystemExit, match="cannot import"):
+        main(["optimize", "no_such_pkg_xyz:build", "--inputs", "x:y", "--device", "cpu"])
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main(["plan", "show", str(broken)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_console_script_entry_point_runs() -> None:
+    result = subprocess.run([sys.executable, "-m", "forge.cli", "--help"], capture_output=True, text=True,
+                            cwd=REPO, timeout=120)
+    assert result.returncode == 0 and "optimize" in result.stdout and "plan" in result.stdout
