@@ -1,0 +1,63 @@
+"""Kernel sources for evals behind one interface (`EvalSource`): `torch.compile`, pinned SDPA backends and the LLM
+kernel generator, all judged by the same oracle and timed against the same baselines (`evaluation`).
+
+    from evals.sources import source_from_name
+    record = source_from_name("compile").evaluate(problem, 0, "cpu")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evals.sources.base import USAGE_KEYS, Candidate, EvalSource
+from evals.sources.evaluation import (
+    CUDA_ERROR_MARKERS,
+    MODULE_SEEDS,
+    check_module_candidate,
+    evaluate_problem,
+    failure_record,
+    failure_text,
+    is_cuda_error,
+)
+from evals.sources.isolated import IsolatedOutcome, run_isolated
+from evals.sources.llm import LLMSource
+from evals.sources.static import SDPA_BACKENDS, CompileSource, SDPASource
+
+__all__ = [
+    "CUDA_ERROR_MARKERS",
+    "MODULE_SEEDS",
+    "SDPA_BACKENDS",
+    "SOURCE_NAMES",
+    "USAGE_KEYS",
+    "Candidate",
+    "CompileSource",
+    "EvalSource",
+    "IsolatedOutcome",
+    "LLMSource",
+    "SDPASource",
+    "check_module_candidate",
+    "evaluate_problem",
+    "failure_record",
+    "failure_text",
+    "is_cuda_error",
+    "run_isolated",
+    "source_from_name",
+]
+
+SOURCE_NAMES: tuple[str, ...] = ("llm", "compile", "sdpa", *(f"sdpa-{b}" for b in ("flash", "efficient", "cudnn",
+                                                                                   "math")))
+
+
+def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -> EvalSource:
+    """`"compile"`, `"sdpa"`, `"sdpa-<backend>"` or `"llm"` -> the source. `llm_config` / `llm_options` are passed
+    to `LLMSource` (ignored by the others)."""
+    key = str(name).strip().lower()
+    if key == "compile":
+        return CompileSource()
+    if key == "sdpa":
+        return SDPASource()
+    if key.startswith("sdpa-") and key in SOURCE_NAMES:
+        return SDPASource(key.removeprefix("sdpa-"))
+    if key == "llm":
+        return LLMSource(llm_config, **llm_options)
+    raise ValueError(f"unknown eval source {name!r}; choose one of: {', '.join(SOURCE_NAMES)}")

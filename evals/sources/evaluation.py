@@ -1,0 +1,455 @@
+"""One problem, one sample: get a candidate from a source, check it with the harness oracle, time it against eager
+PyTorch and `torch.compile` in the same process, and return the record (`evals.metrics.RECORD_COLUMNS`).
+
+Function problems: the calls are drawn on the device (`FunctionProblem.materialize`, seed 0, so every source sees
+the same inputs), the candidate is validated with `forge.checking` exactly as `make_plan` validates providers (the
+problem's tolerance override, when it has one, replaces the per-dtype floors), then the candidate, the original
+function and a per-function `torch.compile` are each benchmarked on the GCD-reduced call distribution
+(`benchmark_distribution`). Times are per forward pass of the model: a pass's median scaled by
+`sum(counts) / calls per pass`, i.e. the count-weighted sum over the problem's calls. The roofline floor comes from
+`agent.roofline.estimate` (count-weighted) when the agent package is importable.
+
+Module problems (KernelBench): for each of several seeds both `Model` and the candidate's `ModelNew` are built
+right after `torch.manual_seed(seed)` (same weights when the layers are created in the same order), and the oracle
+compares their forward passes on the file's `get_inputs()`, on normal re-draws of them (`make_inputs(fresh=True)`)
+and on the oracle's own fresh draws. The reference also runs as a float64 copy of `Model`, so the allowance
+reflects eager's own rounding error. Then candidate, `Model` and `torch.compile(Model)` are timed on `get_inputs()`.
+
+Failures are `"<category>: <detail>"`: `unsupported`, `generation failed`, `compile error` (the candidate could not
+be built), `runtime error` (it raised), `incorrect` (wrong results), `benchmark error`, `cuda_error` (a CUDA fault;
+the worker process then exits, see `evals.workers`), `source error` / `harness error` (bugs outside the candidate).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from evals.problems import FunctionProblem, ModuleProblem, Problem
+from evals.sources.base import USAGE_KEYS, Candidate
+from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils
+from forge.samples import Sample, iter_tensors
+
+if TYPE_CHECKING:
+    from evals.sources.base import EvalSource
+
+__all__ = [
+    "CUDA_ERROR_MARKERS",
+    "MODULE_SEEDS",
+    "base_record",
+    "check_module_candidate",
+    "compile_baseline",
+    "evaluate_problem",
+    "failure_record",
+    "failure_text",
+    "is_cuda_error",
+    "kernel_utils_for",
+]
+
+logger = logging.getLogger(__name__)
+
+# Text that marks a CUDA fault which may leave the CUDA context unusable (case-insensitive).
+CUDA_ERROR_MARKERS = (
+    "cuda error",
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction was encountered",
+    "cudaerrorlaunchfailure",
+    "cublas_status_execution_failed",
+    "cudnn_status_execution_failed",
+    "uncorrectable ecc error",
+)
+MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
+_DETAIL_CHARS = 600
+_KEPT_ERRORS = 3
+_SEED = 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------------------
+def failure_text(category: str, detail: str) -> str:
+    """`"<category>: <detail>"` with the detail on one line and clipped."""
+    detail = " ".join(str(detail).split())
+    if len(detail) > _DETAIL_CHARS:
+        detail = detail[: _DETAIL_CHARS - 3] + "..."
+    return f"{category}: {detail}" if detail else f"{category}: (no detail)"
+
+
+def is_cuda_error(text: str | None) -> bool:
+    """Whether `text` (an exception message or a validation error) reports a CUDA fault."""
+    lowered = (text or "").lower()
+    return any(marker in lowered for marker in CUDA_ERROR_MARKERS)
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        text += f" (at {frames[-1].filename}:{frames[-1].lineno})"
+    return text
+
+
+def _exception_reason(category: str, exc: BaseException) -> str:
+    text = _describe(exc)
+    return failure_text("cuda_error" if is_cuda_error(text) else category, text)
+
+
+def device_name(device: torch.device) -> str:
+    """`torch.cuda.get_device_name` on CUDA, else `"CPU"`."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    return device.type.upper()
+
+
+def base_record(problem: Problem, sample_index: int, source_name: str, device: str = "") -> dict[str, Any]:
+    """The identity fields every record carries, with `compiled`/`correct` False and nothing measured."""
+    return {
+        "problem_id": problem.id,
+        "suite": problem.suite,
+        "sample_index": int(sample_index),
+        "source": source_name,
+        "kind": problem.kind,
+        "function": getattr(problem, "function", None),
+        "device": str(device),
+        "compiled": False,
+        "correct": False,
+        "failure_reason": None,
+    }
+
+
+def failure_record(problem: Problem, sample_index: int, source_name: str, reason: str, *, device: str = "",
+                   wall_s: float | None = None, **extra: Any) -> dict[str, Any]:
+    """A record for a sample that produced no result of its own (crash, timeout...)."""
+    record = base_record(problem, sample_index, source_name, device)
+    record.update(failure_reason=reason, wall_s=wall_s, **extra)
+    return record
+
+
+def _usage_fields(usage: Mapping[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for key in USAGE_KEYS:
+        value = usage.get(key)
+        fields[key] = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(usage.get("calls"), int):
+        fields["llm_calls"] = usage["calls"]
+    if usage.get("cached"):
+        fields["cached"] = True
+    return fields
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Oracle settings and baselines
+# ---------------------------------------------------------------------------------------------------------
+def kernel_utils_for(problem: Problem, kernel_utils: KernelUtils) -> KernelUtils:
+    """`kernel_utils` with the problem's tolerance override (if any) applied to every dtype."""
+    tolerance = getattr(problem, "tolerance", None)
+    if tolerance is None:
+        return kernel_utils
+    table = {dtype: tolerance.as_tuple() for dtype in DEFAULT_TOLERANCES}
+    return dataclasses.replace(kernel_utils, tolerances=table)
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def compile_baseline(function: str) -> Any:
+    """This process's `CompiledFunctionProvider` for `function` (one per function, so each signature compiles
+    once per worker however many problems or sources use it). Not yet prepared for any particular samples."""
+    from forge.providers import CompiledFunctionProvider
+
+    provider = _COMPILED.get(function)
+    if provider is None:
+        provider = _COMPILED[function] = CompiledFunctionProvider(function)
+    return provider
+
+
+class _Trusted:
+    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
+
+    allows_dispatch_poisoning = False
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------------------
+def evaluate_problem(source: EvalSource, problem: Problem, sample_index: int, device: str | torch.device,
+                     kernel_utils: KernelUtils | None = None) -> dict[str, Any]:
+    """Evaluate one sample of `problem` with `source` on `device` (see the module docstring); never raises for
+    anything a candidate or a source does."""
+    started = time.monotonic()
+    target = torch.device(device)
+    utils = kernel_utils_for(problem, kernel_utils if kernel_utils is not None else KernelUtils())
+    record = base_record(problem, sample_index, source.name, str(target))
+    notes: list[str] = []
+    try:
+        record["device_name"] = device_name(target)
+        if isinstance(problem, FunctionProblem):
+            _evaluate_function(source, problem, target, utils, record, notes)
+        elif isinstance(problem, ModuleProblem):
+            _evaluate_module(source, problem, target, utils, record, notes)
+        else:
+            record["failure_reason"] = failure_text("unsupported", f"unknown problem kind {problem.kind!r}")
+    except Exception as exc:  # noqa: BLE001 - a harness bug is recorded, not raised
+        logger.warning("evaluating %s failed in the harness", problem.label(), exc_info=True)
+        record["correct"] = False
+        record["failure_reason"] = _exception_reason("harness error", exc)
+    finally:
+        if target.type == "cuda" and not is_cuda_error(record.get("failure_reason")):
+            torch.cuda.empty_cache()
+    if notes:
+        record["notes"] = notes
+    record["wall_s"] = time.monotonic() - started
+    return record
+
+
+def _candidate(source: EvalSource, make: Callable[[], Candidate]) -> Candidate:
+    try:
+        candidate = make()
+    except Exception as exc:  # noqa: BLE001 - a source bug becomes the record's failure
+        logger.warning("source %s raised while producing a candidate", source.name, exc_info=True)
+        return Candidate.failed(_exception_reason("source error", exc))
+    if not isinstance(candidate, Candidate):
+        return Candidate.failed(failure_text("source error", f"{source.name} returned {type(candidate).__name__}, "
+                                             "not an evals.sources.Candidate"))
+    return candidate
+
+
+def _classify_errors(errors: Sequence[str], record: dict[str, Any]) -> None:
+    """Fill `compiled` / `failure_reason` / `errors` from the oracle's error list (non-empty)."""
+    record["errors"] = [failure_text("error", e)[len("error: "):] for e in errors[:_KEPT_ERRORS]]
+    first = errors[0]
+    raised = next((e for e in errors if "candidate raised" in e), None)
+    if any(is_cuda_error(e) for e in errors):
+        record["compiled"] = raised is None
+        record["failure_reason"] = failure_text("cuda_error", next(e for e in errors if is_cuda_error(e)))
+    elif raised is not None:
+        record["compiled"] = False
+        record["failure_reason"] = failure_text("runtime error", raised)
+    else:
+        record["compiled"] = True
+        record["failure_reason"] = failure_text("incorrect", first)
+
+
+def _time(kernel_utils: KernelUtils, fn: Callable[..., Any], samples: list[Sample], what: str,
+          notes: list[str]) -> BenchmarkResult | None:
+    try:
+        return kernel_utils.benchmark(fn, samples)
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot be timed leaves its column empty
+        if is_cuda_error(str(exc)):
+            raise
+        notes.append(failure_text(f"{what} not timed", _describe(exc)))
+        logger.info("%s could not be timed: %s", what, exc)
+        return None
+
+
+def _fill_timings(record: dict[str, Any], candidate: BenchmarkResult, eager: BenchmarkResult | None,
+                  compiled: BenchmarkResult | None, scale: float) -> None:
+    latency = candidate.median_ms * scale
+    record["latency_ms"] = latency
+    record["benchmark_runs"] = candidate.runs
+    for column, result in (("eager_ms", eager), ("compile_ms", compiled)):
+        record[column] = result.median_ms * scale if result is not None else None
+    for column, base in (("speedup_eager", record["eager_ms"]), ("speedup_compile", record["compile_ms"])):
+        if base is None:
+            record[column] = None
+        elif latency > 0:
+            record[column] = base / latency
+        else:
+            record[column] = math.inf if base > 0 else 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Function problems
+# ---------------------------------------------------------------------------------------------------------
+def _roofline(problem: FunctionProblem, calls: list[tuple[int, Sample]], record: dict[str, Any],
+              notes: list[str]) -> None:
+    try:
+        from agent.roofline import estimate
+    except ImportError:
+        return
+    try:
+        found = estimate(problem.function, [s for _, s in calls])
+    except Exception as exc:  # noqa: BLE001 - the roofline is optional context
+        notes.append(failure_text("roofline unavailable", _describe(exc)))
+        return
+    counts = [c for c, _ in calls]
+    rows = found.per_sample
+    record["bytes_moved"] = float(sum(c * r.bytes_moved for c, r in zip(counts, rows, strict=True)))
+    record["flops"] = float(sum(c * r.flops for c, r in zip(counts, rows, strict=True)))
+    record["roofline_floor_ms"] = sum(c * r.floor_ms for c, r in zip(counts, rows, strict=True))
+    record["roofline_device"] = found.ceilings.name
+
+
+def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: torch.device, utils: KernelUtils,
+                       record: dict[str, Any], notes: list[str]) -> None:
+    calls = problem.materialize(device, seed=_SEED)
+    samples = [sample for _, sample in calls]
+    _roofline(problem, calls, record, notes)
+
+    candidate = _candidate(source, lambda: source.function_candidate(problem, samples, device, utils))
+    record.update(_usage_fields(candidate.usage))
+    record["candidate"] = candidate.name or None
+    if candidate.error is not None:
+        record["failure_reason"] = candidate.error
+        return
+    if candidate.fn is None:
+        record["failure_reason"] = failure_text("source error", f"{source.name} gave a module candidate "
+                                                "(build) for a function problem")
+        return
+    fn = _Trusted(candidate.fn) if candidate.trusted else candidate.fn
+    errors = utils.validate(problem.reference, fn, samples)
+    if errors:
+        _classify_errors(errors, record)
+        return
+    record["compiled"] = True
+
+    distribution = utils.benchmark_distribution(calls)
+    scale = sum(count for count, _ in calls) / len(distribution)
+    try:
+        timed = utils.benchmark(fn, distribution)
+    except Exception as exc:  # noqa: BLE001 - a kernel that fails when timed is not usable
+        record["failure_reason"] = _exception_reason("benchmark error", exc)
+        return
+    record["correct"] = True
+    eager = _time(utils, problem.reference, distribution, "eager", notes)
+    baseline = compile_baseline(problem.function)
+    compiled = None
+    if baseline.prepare(samples):
+        compiled = _time(utils, baseline, distribution, "torch.compile", notes)
+    else:
+        notes.append(f"torch.compile baseline: torch.compile({problem.function}) could not compile these calls")
+    _fill_timings(record, timed, eager, compiled, scale)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Module problems
+# ---------------------------------------------------------------------------------------------------------
+def _has_float64(value: Any) -> bool:
+    return any(t.dtype == torch.float64 for t in iter_tensors(value))
+
+
+class ReferenceModel:
+    """`Model.forward` for the oracle: float64 inputs (the oracle's upcast run) go to a float64 copy of the model."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self._float64: torch.nn.Module | None = None
+        self._native_float64 = any(t.dtype == torch.float64 for t in [*model.parameters(), *model.buffers()])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._native_float64 and _has_float64((args, kwargs)):
+            if self._float64 is None:
+                self._float64 = copy.deepcopy(self.model).to(torch.float64)
+            return self._float64(*args, **kwargs)
+        return self.model(*args, **kwargs)
+
+
+class ModelCall:
+    """A model's forward as a plain callable (the oracle and the benchmark call functions)."""
+
+    def __init__(self, model: Callable[..., Any], *, trusted: bool = False) -> None:
+        self.model = model
+        self.allows_dispatch_poisoning = not trusted
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class ModuleCheck:
+    """Outcome of `check_module_candidate`: `errors` (empty = correct), whether the candidate was built and ran,
+    the failure category, and the seed-`seeds[0]` models and inputs for timing."""
+
+    errors: list[str]
+    built: bool
+    category: str | None = None
+    reference: ReferenceModel | None = None
+    candidate: ModelCall | None = None
+    inputs: list[Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callable[..., Any]],
+                           device: torch.device, kernel_utils: KernelUtils, *, trusted: bool = False,
+                           seeds: Sequence[int] = MODULE_SEEDS) -> ModuleCheck:
+    """Check a module candidate with the oracle on every seed (see the module docstring); stops at the first seed
+    with errors. Never raises for what the candidate does."""
+    kept: ModuleCheck | None = None
+    for seed in seeds:
+        reference_model, inputs = problem.instantiate(device, seed)
+        try:
+            candidate_model = build(seed)
+        except Exception as exc:  # noqa: BLE001 - the candidate could not be built
+            text = _describe(exc)
+            category = "cuda_error" if is_cuda_error(text) else "compile error"
+            return ModuleCheck([f"seed {seed}: building ModelNew raised {text}"], built=False, category=category)
+        fresh = problem.make_inputs(seed, fresh=True, device=device)
+        reference = ReferenceModel(reference_model)
+        candidate = ModelCall(candidate_model, trusted=trusted)
+        samples = [Sample(tuple(inputs), {}), Sample(tuple(fresh), {})]
+        errors = kernel_utils.validate(reference, candidate, samples)
+        if errors:
+            return ModuleCheck([f"seed {seed}: {e}" for e in errors], built=True)
+        if kept is None:
+            kept = ModuleCheck([], built=True, reference=reference, candidate=candidate, inputs=list(inputs))
+    assert kept is not None, "check_module_candidate needs at least one seed"
+    return kept
+
+
+def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.device, utils: KernelUtils,
+                     record: dict[str, Any], notes: list[str]) -> None:
+    candidate = _candidate(source, lambda: source.module_candidate(problem, device, utils))
+    record.update(_usage_fields(candidate.usage))
+    record["candidate"] = candidate.name or None
+    if candidate.error is not None:
+        record["failure_reason"] = candidate.error
+        return
+    if candidate.build is None:
+        record["failure_reason"] = failure_text("source error", f"{source.name} gave a function candidate (fn) "
+                                                "for a module problem")
+        return
+    check = check_module_candidate(problem, candidate.build, device, utils, trusted=candidate.trusted)
+    if not check.ok:
+        if check.category is not None:
+            record["errors"] = check.errors[:_KEPT_ERRORS]
+            record["failure_reason"] = failure_text(check.category, check.errors[0])
+        else:
+            _classify_errors(check.errors, record)
+        return
+    record["compiled"] = True
+    assert check.candidate is not None and check.reference is not None and check.inputs is not None
+    pass_samples = [Sample(tuple(check.inputs), {})]
+    try:
+        timed = utils.benchmark(check.candidate, pass_samples)
+    except Exception as exc:  # noqa: BLE001
+        record["failure_reason"] = _exception_reason("benchmark error", exc)
+        return
+    record["correct"] = True
+    eager = _time(utils, check.reference.model, pass_samples, "eager", notes)
+    compiled = None
+    try:
+        compiled_model = torch.compile(check.reference.model)
+        compiled = _time(utils, compiled_model, pass_samples, "torch.compile", notes)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(failure_text("torch.compile not timed", _describe(exc)))
+    _fill_timings(record, timed, eager, compiled, 1.0)

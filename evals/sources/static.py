@@ -1,0 +1,83 @@
+"""Static kernel sources: `torch.compile` (`CompileSource`) and pinned PyTorch SDPA backends (`SDPASource`).
+
+They need no LLM and cost nothing, so they set the bar the generated kernels are compared against in one table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from evals.problems import FunctionProblem, ModuleProblem
+from evals.sources.base import Candidate, EvalSource
+from evals.sources.evaluation import compile_baseline, failure_text
+from forge.checking import KernelUtils
+from forge.samples import Sample
+
+__all__ = ["SDPA_BACKENDS", "CompileSource", "SDPASource"]
+
+# Backends tried in this order by `SDPASource()` (no backend given); the first that accepts every call wins.
+SDPA_BACKENDS: tuple[str, ...] = ("cudnn", "flash", "efficient", "math")
+
+
+class CompileSource(EvalSource):
+    """`torch.compile` as a kernel source: `CompiledFunctionProvider` for function problems (one compiled callable
+    per call signature, as `make_plan` uses it), `torch.compile(Model(...))` for module problems."""
+
+    @property
+    def name(self) -> str:
+        return "compile"
+
+    def function_candidate(self, problem: FunctionProblem, samples: list[Sample], device: torch.device,
+                           kernel_utils: KernelUtils) -> Candidate:
+        provider = compile_baseline(problem.function)
+        if not provider.prepare(samples):
+            return Candidate.failed(failure_text("compile error", f"torch.compile({problem.function}) failed on "
+                                                 "these calls (see the INFO log)"), name=provider.name)
+        return Candidate(name=provider.name, fn=provider, trusted=True)
+
+    def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
+        def build(seed: int) -> Any:
+            model, _ = problem.instantiate(device, seed)
+            return torch.compile(model)
+
+        return Candidate(name="torch.compile(Model)", build=build, trusted=True)
+
+
+class SDPASource(EvalSource):
+    """`scaled_dot_product_attention` pinned to one PyTorch backend (`"flash"`, `"efficient"`, `"cudnn"`,
+    `"math"`), or with `backend=None` the first of `SDPA_BACKENDS` that accepts every call of the problem.
+
+    Problems of any other function, and module problems, are recorded as `unsupported` failures.
+    """
+
+    def __init__(self, backend: str | None = None) -> None:
+        from forge.providers import TorchSDPAProvider
+
+        if backend is not None:
+            TorchSDPAProvider(backend)  # a clear error for an unknown backend name, raised in the parent
+        self.backend = backend
+
+    @property
+    def name(self) -> str:
+        return "sdpa" if self.backend is None else f"sdpa-{self.backend}"
+
+    def function_candidate(self, problem: FunctionProblem, samples: list[Sample], device: torch.device,
+                           kernel_utils: KernelUtils) -> Candidate:
+        from forge.providers import TorchSDPAProvider
+
+        if problem.function != "scaled_dot_product_attention":
+            return Candidate.failed(failure_text(
+                "unsupported", f"{self.name} only provides scaled_dot_product_attention, not {problem.function}"))
+        tried = []
+        for backend in (self.backend,) if self.backend is not None else SDPA_BACKENDS:
+            provider = TorchSDPAProvider(backend)
+            if provider.prepare(samples):
+                return Candidate(name=provider.name, fn=provider)
+            tried.append(provider.name)
+        return Candidate.failed(failure_text("unsupported", f"{' / '.join(tried)} rejected these calls "
+                                             f"(shape, dtype, mask or device) on {device}"))
+
+    def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
+        return Candidate.failed(failure_text("unsupported", f"{self.name} does not rewrite whole modules"))

@@ -1,0 +1,454 @@
+"""The eval runner end to end on CPU: real worker processes, real torch.compile, the real oracle and benchmark.
+
+Test sources are module-level classes so spawned workers can unpickle them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from evals import ResultsStore, load_kernelbench_folder, load_suite, summarize
+from evals.runner import QUICK_KERNEL_UTILS, run_eval, select_problems
+from evals.sources import Candidate, CompileSource, EvalSource, SDPASource, failure_text, source_from_name
+from evals.workers import WorkItem, group_work, plan_workers
+from forge.functional import original_function
+
+QUICK = QUICK_KERNEL_UTILS
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Test sources
+# ---------------------------------------------------------------------------------------------------------
+class _Shifted:
+    """PyTorch's function plus 0.5: a wrong kernel."""
+
+    def __init__(self, function: str) -> None:
+        self.fn = original_function(function)
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs) + 0.5
+
+
+class _Raises:
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(self.message)
+
+
+class ScriptedSource(EvalSource):
+    """PyTorch's own function as the candidate, except for the problems given a behaviour: `wrong`, `raise`,
+    `segfault` (kills the worker with SIGSEGV), `cuda_error` (raises like an illegal memory access), `hang`,
+    `unsupported`. Module problems get the `ModelNew` source in `modules[problem.id]`."""
+
+    def __init__(self, behaviours: dict[str, str] | None = None, modules: dict[str, str] | None = None) -> None:
+        self.behaviours = dict(behaviours or {})
+        self.modules = dict(modules or {})
+
+    @property
+    def name(self) -> str:
+        return "scripted"
+
+    def function_candidate(self, problem, samples, device, kernel_utils) -> Candidate:
+        behaviour = self.behaviours.get(problem.id, "ok")
+        usage = {"attempts": 1, "prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.001}
+        if behaviour == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if behaviour == "hang":
+            time.sleep(3600)
+        if behaviour == "unsupported":
+            return Candidate.failed(failure_text("unsupported", "not this one"), usage)
+        if behaviour == "wrong":
+            return Candidate(name="shifted", fn=_Shifted(problem.function), usage=usage)
+        if behaviour == "raise":
+            return Candidate(name="raises", fn=_Raises("boom"), usage=usage)
+        if behaviour == "cuda_error":
+            return Candidate(name="faulty", fn=_Raises("CUDA error: an illegal memory access was encountered"),
+                             usage=usage)
+        return Candidate(name=f"eager {problem.function}", fn=original_function(problem.function), usage=usage)
+
+    def module_candidate(self, problem, device, kernel_utils) -> Candidate:
+        source = self.modules.get(problem.id)
+        if source is None:
+            return Candidate.failed(failure_text("unsupported", f"no ModelNew for {problem.id}"))
+        return Candidate(name="ModelNew (test)",
+                         build=lambda seed: problem.instantiate_candidate(source, device, seed))
+
+
+def _smoke(*ids: str):
+    problems = load_suite("smoke")
+    return [p for p in problems if p.id in ids] if ids else problems
+
+
+def _records(out: Path) -> list[dict]:
+    return ResultsStore(out / "results.jsonl").load()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# End to end with torch.compile
+# ---------------------------------------------------------------------------------------------------------
+def test_compile_source_over_the_smoke_suite_writes_records_and_a_consistent_report(tmp_path) -> None:
+    out = tmp_path / "run"
+    frame = run_eval("smoke", "compile", out_dir=out, device="cpu", quick=True, progress=False)
+
+    problems = load_suite("smoke")
+    assert sorted(frame["problem_id"]) == sorted(p.id for p in problems)
+    assert frame["source"].eq("compile").all()
+    # torch.compile of a function is correct on every smoke problem, and timed against both baselines.
+    assert frame["correct"].all(), frame[["problem_id", "failure_reason"]]
+    for column in ("latency_ms", "eager_ms", "compile_ms", "roofline_floor_ms"):
+        assert (frame[column] > 0).all(), column
+    recomputed = frame["eager_ms"] / frame["latency_ms"]
+    assert (recomputed - frame["speedup_eager"]).abs().max() < 1e-9
+
+    for name in ("results.jsonl", "run.json", "summary.json", "report.md", "speedup_eager.png",
+                 "speedup_compile.png", "cost_vs_speedup.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())["overall"]
+    # Metrics against the records, computed here by hand.
+    n = len(problems)
+    assert summary["problems"] == n and summary["correct_rate"] == 1.0 and summary["compile_rate"] == 1.0
+    for p in (0.0, 1.0, 1.5, 2.0):
+        expected = sum(1 for s in frame["speedup_eager"] if s > p) / n
+        assert summary["fast_p"]["eager"][f"fast_{p:g}"] == pytest.approx(expected)
+    geomean = math.exp(sum(math.log(s) for s in frame["speedup_compile"]) / n)
+    assert summary["geomean_speedup"]["compile"] == pytest.approx(geomean)
+    assert frame.attrs["summary"]["overall"] == summary
+    assert "smoke.layer_norm" in (out / "report.md").read_text()
+    run = json.loads((out / "run.json").read_text())
+    assert run["source"] == "compile" and run["problems"] == n and run["kernel_utils"]["rounds"] == QUICK.rounds
+
+
+def test_a_second_run_into_the_same_folder_needs_resume(tmp_path) -> None:
+    out = tmp_path / "run"
+    run_eval(_smoke("smoke.relu"), ScriptedSource({"smoke.relu": "wrong"}), out_dir=out, device="cpu",
+             workers=0, quick=True, progress=False, plots=False)
+    with pytest.raises(FileExistsError, match="resume"):
+        run_eval(_smoke("smoke.relu"), ScriptedSource(), out_dir=out, device="cpu", workers=0, progress=False)
+    with pytest.raises(ValueError, match="source 'scripted'"):
+        run_eval(_smoke("smoke.relu"), "compile", out_dir=out, device="cpu", workers=0, resume=True,
+                 progress=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Failures are classified and the run goes on
+# ---------------------------------------------------------------------------------------------------------
+def test_wrong_raising_and_unsupported_candidates_are_classified(tmp_path) -> None:
+    behaviours = {"smoke.relu": "wrong", "smoke.silu": "raise", "smoke.softmax": "unsupported"}
+    frame = run_eval(_smoke("smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"), ScriptedSource(behaviours),
+                     out_dir=tmp_path / "run", device="cpu", workers=0, quick=True, progress=False, plots=False)
+    rows = frame.set_index("problem_id")
+    assert rows.loc["smoke.relu", "failure_reason"].startswith("incorrect: ")
+    assert "max abs" in rows.loc["smoke.relu", "failure_reason"] or "mismatch" in rows.loc["smoke.relu",
+                                                                                            "failure_reason"]
+    assert bool(rows.loc["smoke.relu", "compiled"]) and not bool(rows.loc["smoke.relu", "correct"])
+    assert rows.loc["smoke.silu", "failure_reason"].startswith("runtime error: ")
+    assert "boom" in rows.loc["smoke.silu", "failure_reason"] and not bool(rows.loc["smoke.silu", "compiled"])
+    assert rows.loc["smoke.softmax", "failure_reason"] == "unsupported: not this one"
+    assert bool(rows.loc["smoke.rms_norm", "correct"])
+    # Usage from the source lands in the record.
+    assert rows["cost_usd"].sum() == pytest.approx(0.004) and (rows["attempts"] == 1).all()
+    # Wrong candidates are not timed.
+    assert math.isnan(rows.loc["smoke.relu", "latency_ms"]) and rows.loc["smoke.rms_norm", "latency_ms"] > 0
+
+
+def test_a_candidate_that_kills_its_worker_is_recorded_as_a_crash_and_the_run_goes_on(tmp_path) -> None:
+    problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
+    behaviours = {"smoke.relu": "wrong", "smoke.silu": "segfault", "smoke.softmax": "wrong"}
+    out = tmp_path / "run"
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out, device="cpu", workers=1, quick=True,
+                     progress=False, plots=False)
+    rows = frame.set_index("problem_id")
+    assert rows.loc["smoke.silu", "failure_reason"] == "crash: worker died with signal SIGSEGV"
+    assert rows.loc["smoke.relu", "failure_reason"].startswith("incorrect")
+    assert rows.loc["smoke.softmax", "failure_reason"].startswith("incorrect")
+    # The problem after the crash ran in a fresh worker.
+    assert rows.loc["smoke.softmax", "worker_pid"] != rows.loc["smoke.relu", "worker_pid"]
+    assert summarize(frame)["failure_reasons"] == {"crash": 1, "incorrect": 2}
+
+
+def test_a_cuda_fault_makes_the_worker_exit_and_a_fresh_one_continue(tmp_path) -> None:
+    problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
+    behaviours = {"smoke.relu": "wrong", "smoke.silu": "cuda_error", "smoke.softmax": "wrong"}
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=tmp_path / "run", device="cpu", workers=1,
+                     quick=True, progress=False, plots=False)
+    rows = frame.set_index("problem_id")
+    assert rows.loc["smoke.silu", "failure_reason"].startswith("cuda_error: ")
+    assert "illegal memory access" in rows.loc["smoke.silu", "failure_reason"]
+    # The faulty worker left after recording; the next problem ran in a new process.
+    assert rows.loc["smoke.relu", "worker_pid"] == rows.loc["smoke.silu", "worker_pid"]
+    assert rows.loc["smoke.softmax", "worker_pid"] != rows.loc["smoke.silu", "worker_pid"]
+    assert rows.loc["smoke.softmax", "failure_reason"].startswith("incorrect")
+
+
+def test_a_hanging_sample_is_recorded_as_a_timeout(tmp_path) -> None:
+    problems = _smoke("smoke.relu", "smoke.silu")
+    frame = run_eval(problems, ScriptedSource({"smoke.relu": "hang", "smoke.silu": "wrong"}),
+                     out_dir=tmp_path / "run", device="cpu", workers=1, quick=True, progress=False, plots=False,
+                     timeout_s=4.0)
+    rows = frame.set_index("problem_id")
+    assert rows.loc["smoke.relu", "failure_reason"].startswith("timeout: no result within 4 s")
+    assert rows.loc["smoke.silu", "failure_reason"].startswith("incorrect")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resume and shards
+# ---------------------------------------------------------------------------------------------------------
+def test_resume_after_an_interrupted_run_evaluates_only_the_missing_samples(tmp_path) -> None:
+    problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
+    out = tmp_path / "run"
+    run_eval(problems[:1], ScriptedSource({"smoke.relu": "wrong"}), out_dir=out, device="cpu", workers=0,
+             samples_per_problem=2, quick=True, progress=False, plots=False)
+    results = out / "results.jsonl"
+    first = results.read_text().splitlines()
+    assert len(first) == 2
+    # Interrupted while writing the next record: a truncated last line.
+    with open(results, "a") as fh:
+        fh.write('{"problem_id": "smoke.silu", "suite": "smoke", "sample_ind')
+
+    behaviours = {"smoke.relu": "segfault", "smoke.silu": "wrong", "smoke.softmax": "wrong"}  # relu must not rerun
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out, device="cpu", workers=1,
+                     samples_per_problem=2, resume=True, quick=True, progress=False, plots=False)
+    lines = results.read_text().splitlines()
+    assert lines[:2] == first and len(lines) == 6
+    assert all(json.loads(line) for line in lines)  # the truncated line is gone
+    keys = sorted(zip(frame["problem_id"], frame["sample_index"], strict=True))
+    assert keys == [(p.id, i) for p in sorted(problems, key=lambda p: p.id) for i in (0, 1)]
+    assert not frame["failure_reason"].str.startswith("crash").any()
+    # Both samples of one problem ran in one worker, in order.
+    silu = frame[frame["problem_id"] == "smoke.silu"]
+    assert silu["worker_pid"].nunique() == 1
+    run = json.loads((out / "run.json").read_text())
+    assert [s["resume"] for s in run["sessions"]] == [False, True]
+    # Two samples per problem: pass@1 and pass@2 are reported (nothing here is correct).
+    assert frame.attrs["summary"]["overall"]["pass_at_k"] == {"1": 0.0, "2": 0.0}
+
+
+def test_shards_split_the_suite_and_each_report_counts_its_own_problems(tmp_path) -> None:
+    seen = []
+    for index in range(3):
+        out = tmp_path / f"shard{index}"
+        frame = run_eval("smoke", ScriptedSource({p.id: "wrong" for p in load_suite("smoke")}), out_dir=out,
+                         device="cpu", workers=0, shard=f"{index}/3", quick=True, progress=False, plots=False)
+        summary = frame.attrs["summary"]["overall"]
+        assert summary["problems"] == len(frame) == 2
+        seen += list(frame["problem_id"])
+    assert sorted(seen) == sorted(p.id for p in load_suite("smoke"))
+    assert select_problems("smoke", shard=(1, 3)) == select_problems("smoke", shard="1/3")
+
+
+def test_problem_selection_errors_name_the_fix() -> None:
+    with pytest.raises(ValueError, match="unknown problem id.*nope"):
+        select_problems("smoke", problem_ids=["smoke.relu", "nope"])
+    with pytest.raises(ValueError, match="i/N"):
+        select_problems("smoke", shard="2")
+    with pytest.raises(ValueError, match="unknown eval source"):
+        source_from_name("triton-magic")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+        run_eval("smoke", "compile", out_dir="unused", device="cuda")
+
+
+def test_worker_plans_and_work_grouping() -> None:
+    assert [p.device for p in plan_workers("cpu", 3)] == ["cpu"] * 3
+    assert plan_workers("cpu", None)[0].env["TRITON_INTERPRET"] == os.environ.get("TRITON_INTERPRET", "1")
+    with pytest.raises(ValueError, match="workers"):
+        plan_workers("cpu", -1)
+    relu, silu = _smoke("smoke.relu", "smoke.silu")
+    items = group_work([(relu, 0), (silu, 0), (relu, 1)])
+    assert items == [WorkItem(relu, (0, 1)), WorkItem(silu, (0,))]
+
+
+def test_sdpa_source_records_other_functions_as_unsupported(tmp_path) -> None:
+    frame = run_eval(_smoke("smoke.relu"), SDPASource("math"), out_dir=tmp_path / "run", device="cpu", workers=0,
+                     quick=True, progress=False, plots=False)
+    assert frame.loc[0, "failure_reason"].startswith("unsupported: sdpa-math only provides scaled_dot_product")
+    assert frame.loc[0, "source"] == "sdpa-math"
+    with pytest.raises(ValueError, match="unknown SDPA backend"):
+        SDPASource("warp-speed")
+
+
+def test_sdpa_source_runs_attention_problems(tmp_path) -> None:
+    suite = {
+        "suite": "attn",
+        "problems": [{
+            "id": "tiny.sdpa",
+            "function": "scaled_dot_product_attention",
+            "provenance": {"model": "toy", "layer": "attention", "source": "test"},
+            "calls": [{"count": 2, "args": [{"tensor": {"shape": [1, 2, 8, 16], "dtype": "float32"}}] * 3,
+                       "kwargs": {"is_causal": True}}],
+        }],
+    }
+    path = tmp_path / "attn.json"
+    path.write_text(json.dumps(suite))
+    frame = run_eval(path, "sdpa", out_dir=tmp_path / "run", device="cpu", workers=0, quick=True, progress=False,
+                     plots=False)
+    row = frame.iloc[0]
+    assert row["correct"], row["failure_reason"]
+    assert row["candidate"].startswith("PyTorch SDPA") and row["compile_ms"] > 0 and row["flops"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KernelBench-format module problems
+# ---------------------------------------------------------------------------------------------------------
+MLP = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A linear layer followed by ReLU."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.rand(4, 16)]
+
+
+def get_init_inputs():
+    return [16, 8]
+'''
+
+MLP_NEW = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.clamp_min(torch.addmm(self.linear.bias, x, self.linear.weight.t()), 0.0)
+'''
+
+# |linear(x)| instead of relu(linear(x)): wrong wherever the linear output is negative.
+MLP_WRONG = MLP_NEW.replace("torch.clamp_min(", "torch.abs(").replace(", 0.0)", ")")
+
+LOSS = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        return torch.nn.functional.cross_entropy(predictions, targets)
+
+
+def get_inputs():
+    return [torch.rand(8, 10), torch.randint(0, 10, (8,))]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LOSS_NEW = '''
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        if targets.dtype != torch.int64:
+            raise TypeError(f"targets must stay int64, got {targets.dtype}")
+        logp = predictions - torch.logsumexp(predictions, dim=1, keepdim=True)
+        return -logp.gather(1, targets[:, None]).mean()
+'''
+
+CRASHING_NEW = '''
+import os
+import signal
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        os.kill(os.getpid(), signal.SIGSEGV)
+'''
+
+
+def _kernelbench(tmp_path: Path) -> Path:
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_LinearReLU.py").write_text(textwrap.dedent(MLP))
+    (level / "2_LinearReLUAgain.py").write_text(textwrap.dedent(MLP))
+    (level / "3_CrossEntropy.py").write_text(textwrap.dedent(LOSS))
+    return tmp_path / "KernelBench"
+
+
+def test_kernelbench_module_problems_correct_and_wrong_candidates(tmp_path) -> None:
+    folder = _kernelbench(tmp_path)
+    modules = {"level1/1_LinearReLU": MLP_NEW, "level1/2_LinearReLUAgain": MLP_WRONG,
+               "level1/3_CrossEntropy": LOSS_NEW}
+    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run", device="cpu", workers=0,
+                     quick=True, progress=False, plots=False)
+    rows = frame.set_index("problem_id")
+    assert rows["suite"].eq("kernelbench-level1").all() and rows["kind"].eq("module").all()
+    good = rows.loc["level1/1_LinearReLU"]
+    assert good["correct"], good["failure_reason"]
+    assert good["latency_ms"] > 0 and good["eager_ms"] > 0 and good["compile_ms"] > 0
+    bad = rows.loc["level1/2_LinearReLUAgain"]
+    assert not bad["correct"] and bad["compiled"] and bad["failure_reason"].startswith("incorrect: seed 42")
+    # Integer targets keep their dtype through get_inputs() and the fresh draws.
+    loss = rows.loc["level1/3_CrossEntropy"]
+    assert loss["correct"], loss["failure_reason"]
+
+
+def test_kernelbench_candidate_that_cannot_be_built_and_one_that_crashes(tmp_path) -> None:
+    folder = _kernelbench(tmp_path)
+    modules = {"level1/1_LinearReLU": MLP_NEW.replace("class ModelNew", "class ModelOld"),
+               "level1/3_CrossEntropy": CRASHING_NEW}
+    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run", device="cpu", workers=1,
+                     quick=True, progress=False, plots=False)
+    rows = frame.set_index("problem_id")
+    assert rows.loc["level1/1_LinearReLU", "failure_reason"].startswith("compile error: seed 42: building ModelNew")
+    assert rows.loc["level1/2_LinearReLUAgain", "failure_reason"].startswith("unsupported")
+    assert rows.loc["level1/3_CrossEntropy", "failure_reason"] == "crash: worker died with signal SIGSEGV"
+    assert frame.attrs["summary"]["overall"]["problems"] == 3
+
+
+def test_compile_source_on_a_module_problem(tmp_path) -> None:
+    problems = load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[:1]
+    frame = run_eval(problems, CompileSource(), out_dir=tmp_path / "run", device="cpu", workers=0, quick=True,
+                     progress=False, plots=False)
+    row = frame.iloc[0]
+    assert row["correct"], row["failure_reason"]
+    assert row["candidate"] == "torch.compile(Model)" and row["latency_ms"] > 0
+
+
+def test_records_frame_is_a_dataframe_with_metric_columns(tmp_path) -> None:
+    frame = run_eval(_smoke("smoke.relu"), ScriptedSource({"smoke.relu": "wrong"}), out_dir=tmp_path / "run",
+                     device="cpu", workers=0, quick=True, progress=False, plots=False)
+    assert isinstance(frame, pd.DataFrame)
+    for column in ("problem_id", "suite", "sample_index", "compiled", "correct", "speedup_eager", "wall_s"):
+        assert column in frame.columns
+    assert frame.loc[0, "wall_s"] > 0
