@@ -4,18 +4,36 @@ sandbox against the harness oracle, feeds failures back, and returns the fastest
     from agent import LLMKernelGenerator, LLMConfig
     generator = LLMKernelGenerator()            # configured from KFORGE_LLM_* / OPENAI_* / KFORGE_CASSETTE
     KernelOptimizer(kernel_generators=generator).make_plan(model, samples)
+
+Names are imported lazily, so `agent.sandbox` (the sandbox child) starts without the LLM client stack.
 """
 
-from agent.generator import RANDOM_FUNCTIONS, LLMKernelGenerator, ModuleGenerationResult
-from agent.llm import LLMClient, LLMConfig, LLMError
-from agent.provider import GeneratedKernelProvider
+from __future__ import annotations
 
-__all__ = [
-    "RANDOM_FUNCTIONS",
-    "GeneratedKernelProvider",
-    "LLMClient",
-    "LLMConfig",
-    "LLMError",
-    "LLMKernelGenerator",
-    "ModuleGenerationResult",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "RANDOM_FUNCTIONS": "agent.generator",
+    "LLMKernelGenerator": "agent.generator",
+    "ModuleGenerationResult": "agent.generator",
+    "LLMClient": "agent.llm",
+    "LLMConfig": "agent.llm",
+    "LLMError": "agent.llm",
+    "GeneratedKernelProvider": "agent.provider",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

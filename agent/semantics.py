@@ -234,9 +234,17 @@ def signature_text(function_name: str) -> str:
     """`name(params...) -> ret` for `torch.nn.functional.<function_name>` (introspected, table, or docstring)."""
     fn = original_function(function_name)
     try:
-        return f"{function_name}{inspect.signature(fn)}"
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):
         pass
+    else:
+        # Annotations are left out on purpose: their spelling changes between torch releases (`Optional[int]` vs
+        # `int | None`), and a prompt must be identical across stacks for cassettes and the kernel cache to match.
+        bare = signature.replace(
+            parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
+            return_annotation=inspect.Signature.empty,
+        )
+        return f"{function_name}{bare}"
     if function_name in _BUILTIN_SIGNATURES:
         return _BUILTIN_SIGNATURES[function_name]
     from_doc = _builtin_doc_signature(function_name)

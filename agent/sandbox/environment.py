@@ -4,7 +4,7 @@ Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC
 (`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`), toolchain locations
 (`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
 `TRITON_LIBDEVICE_PATH`), caches (`TRITON_CACHE_DIR`, `TRITON_HOME`, `TORCHINDUCTOR_CACHE_DIR`) and
-`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root,
+`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root then the parent's `PYTHONPATH`,
 `PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`, `PYTHONUNBUFFERED=1`, one BLAS/OpenMP thread, and a persistent
 `TRITON_CACHE_DIR` (the parent's, else `~/.triton/cache` of the parent's home) so compiled launchers are reused.
 Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.
@@ -41,6 +41,16 @@ def repository_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def _python_path(parent_env: Mapping[str, str] | None) -> list[str]:
+    """The repository root first, then the parent's own `PYTHONPATH` entries (where its packages may live)."""
+    source = parent_env if parent_env is not None else os.environ
+    entries = [str(repository_root())]
+    for entry in source.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in entries:
+            entries.append(entry)
+    return entries
+
+
 def child_environment(
     home: Path,
     tmp: Path,
@@ -63,7 +73,7 @@ def child_environment(
     env.update(
         HOME=str(home),
         TMPDIR=str(tmp),
-        PYTHONPATH=str(repository_root()),
+        PYTHONPATH=os.pathsep.join(_python_path(parent_env)),
         PYTHONHASHSEED="0",
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",

@@ -484,3 +484,12 @@ def test_every_functional_name_has_a_signature_and_a_summary():
         assert signature_text(name).startswith(name)
         assert entry_signature(name).startswith("kernel_function(")
         assert semantics_summary(name).strip()
+
+
+def test_signature_text_has_no_version_dependent_annotations() -> None:
+    """Prompts must be byte-identical across torch releases (cassettes and the kernel cache key on them)."""
+    from agent.semantics import signature_text
+
+    for name in ("softmax", "rms_norm", "layer_norm", "silu", "gelu", "cross_entropy"):
+        text = signature_text(name)
+        assert ": " not in text, text  # no annotations (hand-written builtin signatures are fixed text)

@@ -395,3 +395,10 @@ def test_device_faults_are_told_apart_from_harness_errors() -> None:
     assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
     assert not is_device_fault(ValueError("validate needs at least one sample"))
+
+
+def test_child_python_path_keeps_the_parents_entries(tmp_path) -> None:
+    from agent.sandbox.environment import child_environment, repository_root
+
+    env = child_environment(tmp_path, tmp_path, parent_env={"PYTHONPATH": "/opt/site:/other", "PATH": "/bin"})
+    assert env["PYTHONPATH"].split(":") == [str(repository_root()), "/opt/site", "/other"]
