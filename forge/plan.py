@@ -179,7 +179,8 @@ class KernelOptimizationPlan:
                 message = "plan was measured on another environment: " + "; ".join(diffs)
                 if strict_environment:
                     raise PlanLoadError(message + " (strict_environment=True)")
-                logger.warning("%s. Kernels are still guarded by signature; run plan.verify() to re-check them.", message)
+                logger.warning("%s. Kernels are still guarded by signature; run plan.verify() to re-check them.",
+                               message)
         try:
             return cls(entries=tuple(entries), environment=environment)
         except (TypeError, ValueError) as exc:

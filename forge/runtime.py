@@ -98,7 +98,9 @@ class KernelProviderRuntime:
             name = entry.function
             original_function(name)
             if not hasattr(F, name):
-                raise ValueError(f"torch.nn.functional has no attribute {name!r}; this plan needs another torch version")
+                raise ValueError(
+                    f"torch.nn.functional has no attribute {name!r}; this plan needs another torch version"
+                )
             entry.provider.load_runtime_dependencies()
             stats = DispatchStats()
             self.stats[name] = stats

@@ -180,7 +180,9 @@ class TensorSpec:
         return text
 
     # -- drawing ------------------------------------------------------------------------------------------
-    def draw(self, generator: torch.Generator | None = None, *, device: str | torch.device | None = None) -> torch.Tensor:
+    def draw(
+        self, generator: torch.Generator | None = None, *, device: str | torch.device | None = None
+    ) -> torch.Tensor:
         """A fresh random tensor with this spec's shape, dtype, strides and storage offset.
 
         Values are drawn on the CPU with `generator` (so a seed gives the same tensor on any device), then

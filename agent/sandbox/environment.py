@@ -4,7 +4,8 @@ Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC
 (`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`), toolchain locations
 (`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
 `TRITON_LIBDEVICE_PATH`), caches (`TRITON_CACHE_DIR`, `TRITON_HOME`, `TORCHINDUCTOR_CACHE_DIR`) and
-`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root then the parent's `PYTHONPATH`,
+`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root then the
+parent's `PYTHONPATH`,
 `PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`, `PYTHONUNBUFFERED=1`, one BLAS/OpenMP thread, and a persistent
 `TRITON_CACHE_DIR` (the parent's, else `~/.triton/cache` of the parent's home) so compiled launchers are reused.
 Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.

@@ -52,7 +52,8 @@ class CompiledFunctionProvider(KernelProvider, type_name="torch_compile"):
                 "the same graph; use mode='max-autotune-no-cudagraphs' or the default mode"
             )
         if mode not in _MODES:
-            raise ValueError(f"unknown torch.compile mode {mode!r}; use one of {sorted(m for m in _MODES if m)} or None")
+            choices = sorted(m for m in _MODES if m)
+            raise ValueError(f"unknown torch.compile mode {mode!r}; use one of {choices} or None")
         self.function_name = function_name
         self._target = original_function(function_name)
         self.mode = None if mode == "default" else mode

@@ -32,7 +32,8 @@ QUICK = KernelUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_
 
 
 def _generator(server: ScriptedLLMServer, tmp_path, **kwargs) -> LLMKernelGenerator:
-    config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test", cache_dir=tmp_path / "cache",
+    config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test",
+                       cache_dir=tmp_path / "cache",
                        max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05,
                        input_price_per_mtok=1.0, output_price_per_mtok=2.0, **kwargs.pop("config", {}))
     options = {"candidates": 1, "attempts": 4, "optimize_rounds": 0, "kernel_utils": QUICK,

@@ -361,3 +361,19 @@ def test_a_cassette_miss_is_a_recorded_generation_failure(tmp_path, isolated_cac
     assert bool(rows.loc["smoke.relu", "correct"])
     assert rows.loc["smoke.softmax", "failure_reason"].startswith("generation failed")
     assert "cassette" in rows.loc["smoke.softmax", "failure_reason"]
+
+
+def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path, isolated_cache) -> None:
+    level = tmp_path / "level1"
+    level.mkdir()
+    (level / "1_LinearReLU.py").write_text(MLP)
+    with ScriptedLLMServer([reply(fenced(MLP_WRONG)), reply(fenced(MLP_NEW))]) as server:
+        config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
+        frame = run_eval(level, LLMSource(config, generator_options={"attempts": 3}), out_dir=tmp_path / "run",
+                         device="cpu", workers=1, quick=True, progress=False, plots=False)
+        fix_prompt = server.requests[1]["messages"][-1]["content"]
+    row = frame.iloc[0]
+    assert row["correct"], row["failure_reason"]
+    assert row["attempts"] == 2 and row["prompt_tokens"] > 0 and row["cost_usd"] > 0
+    # The wrong ModelNew was refused by the eval's oracle, and its mismatch went back to the LLM.
+    assert "mismatch" in fix_prompt and "seed 42" in fix_prompt and "max abs error" in fix_prompt

@@ -15,7 +15,8 @@ def test_sdpa_math_backend_prepares_and_matches() -> None:
     q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
     provider = TorchSDPAProvider("math")
     assert provider.prepare([Sample((q, k, v), {"is_causal": True})])
-    torch.testing.assert_close(provider(q, k, v, is_causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(provider(q, k, v, is_causal=True), expected)
     assert KernelProvider.from_dict(provider.to_dict()).name == "PyTorch SDPA MATH"
 
 
