@@ -185,26 +185,44 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, benchmark: Any) -> None:
-    """Whole-model latency: eager vs the plan vs torch.compile of the whole model, measured side by side."""
+def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, benchmark: Any, blocks: int = 6) -> None:
+    """Whole-model latency: eager vs the plan vs torch.compile of the whole model.
+
+    The variants are timed in interleaved blocks (eager, plan, compiled, eager, ...) so that clock or load drift
+    during the run hits all three alike; each row reports the median over blocks of the block medians.
+    """
+    import statistics
+
     from forge.progress import progress
 
-    rows = []
+    runtime = plan.runtime(model)
+    progress("end-to-end: compiling torch.compile(model)")
+    compiled_model = torch.compile(model)
     with torch.no_grad():
-        progress("end-to-end: eager")
-        eager = benchmark(model, data)
-        progress("end-to-end: with plan")
-        with plan.apply(model):
-            planned = benchmark(model, data)
-        progress("end-to-end: torch.compile(model) (compiling)")
-        compiled_model = torch.compile(model)
         for sample in data:
             compiled_model(*sample.args, **sample.kwargs)
-        compiled = benchmark(compiled_model, data)
-    for label, result in (("eager", eager), ("kforge plan", planned), ("torch.compile(model)", compiled)):
-        rows.append({"variant": label, "median_ms": result.median_ms, "q25_ms": result.q25_ms, "q75_ms": result.q75_ms,
-                     "runs": result.runs, "speedup_vs_eager": eager.median_ms / result.median_ms})
-    _print_table("end-to-end latency (one pass over the inputs)", pd.DataFrame(rows))
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        with runtime.applied():
+            return model(*args, **kwargs)
+
+    variants = {"eager": model, "kforge plan": planned, "torch.compile(model)": compiled_model}
+    medians: dict[str, list[float]] = {name: [] for name in variants}
+    runs: dict[str, int] = dict.fromkeys(variants, 0)
+    with torch.no_grad():
+        for block in range(blocks):
+            progress("end-to-end: block %d/%d", block + 1, blocks)
+            for name, fn in variants.items():
+                result = benchmark(fn, data, rounds=10, min_run_time_s=0.05)
+                medians[name].append(result.median_ms)
+                runs[name] += result.runs
+    eager = statistics.median(medians["eager"])
+    rows = [
+        {"variant": name, "median_ms": statistics.median(values), "min_block_ms": min(values),
+         "max_block_ms": max(values), "runs": runs[name], "speedup_vs_eager": eager / statistics.median(values)}
+        for name, values in medians.items()
+    ]
+    _print_table(f"end-to-end latency (one pass over the inputs; {blocks} interleaved blocks)", pd.DataFrame(rows))
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
