@@ -78,11 +78,14 @@ _SEED = 0
 # ---------------------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------------------
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
+
+
 def failure_text(category: str, detail: str) -> str:
     """`"<category>: <detail>"` with the detail on one line and clipped."""
-    detail = " ".join(str(detail).split())
-    if len(detail) > _DETAIL_CHARS:
-        detail = detail[: _DETAIL_CHARS - 3] + "..."
+    detail = _one_line(detail)
     return f"{category}: {detail}" if detail else f"{category}: (no detail)"
 
 
@@ -233,7 +236,7 @@ def _candidate(source: EvalSource, make: Callable[[], Candidate]) -> Candidate:
 
 def _classify_errors(errors: Sequence[str], record: dict[str, Any]) -> None:
     """Fill `compiled` / `failure_reason` / `errors` from the oracle's error list (non-empty)."""
-    record["errors"] = [failure_text("error", e)[len("error: "):] for e in errors[:_KEPT_ERRORS]]
+    record["errors"] = [_one_line(e) for e in errors[:_KEPT_ERRORS]]
     first = errors[0]
     raised = next((e for e in errors if "candidate raised" in e), None)
     if any(is_cuda_error(e) for e in errors):
@@ -431,7 +434,7 @@ def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.d
     check = check_module_candidate(problem, candidate.build, device, utils, trusted=candidate.trusted)
     if not check.ok:
         if check.category is not None:
-            record["errors"] = check.errors[:_KEPT_ERRORS]
+            record["errors"] = [_one_line(e) for e in check.errors[:_KEPT_ERRORS]]
             record["failure_reason"] = failure_text(check.category, check.errors[0])
         else:
             _classify_errors(check.errors, record)
