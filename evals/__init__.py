@@ -50,8 +50,17 @@ from .problems import (
 from .progress import ProgressBar, format_duration
 from .report import PLOT_FILES, markdown_table, write_report
 from .results import ResultsStore, parse_shard, record_key, shard
+from .runner import QUICK_KERNEL_UTILS, run_eval
+from .sources import CompileSource, EvalSource, LLMSource, SDPASource, source_from_name
 
 __all__ = [
+    "QUICK_KERNEL_UTILS",
+    "CompileSource",
+    "EvalSource",
+    "LLMSource",
+    "SDPASource",
+    "run_eval",
+    "source_from_name",
     "FAST_P_THRESHOLDS",
     "PLOT_FILES",
     "RECORD_COLUMNS",
