@@ -10,6 +10,7 @@ failure inside a kernel body (what the GPU compiler would refuse) surfaces as `I
 
 from __future__ import annotations
 
+import ast
 import types
 
 from agent.languages.base import ExceptionClass, KernelLanguage
@@ -17,7 +18,7 @@ from agent.screening import policy
 from agent.screening.python_ast import PythonRules, analyse_python
 from agent.screening.violation import Violation
 
-__all__ = ["TRITON_ALLOWED", "TritonLanguage", "triton_reference_problem"]
+__all__ = ["MODULE_RULES", "TRITON_ALLOWED", "TritonLanguage", "module_torch_allowed", "triton_reference_problem"]
 
 TRITON_ALLOWED: frozenset[str] = frozenset(
     {
@@ -60,6 +61,26 @@ TRITON_RULES = PythonRules(
 )
 
 
+def module_torch_allowed(qualname: str) -> bool:
+    """`torch.nn` layer classes, `torch.nn.Parameter` and `torch.nn.init.*`: what a KernelBench `ModelNew` needs to
+    create the same parameters as the reference `Model` under the same seed. `torch.nn.functional` stays refused."""
+    parts = qualname.split(".")
+    if parts[:2] != ["torch", "nn"] or len(parts) < 3:
+        return False
+    if parts[2] == "init":
+        return True
+    return len(parts) == 3 and parts[2][:1].isupper()
+
+
+MODULE_RULES = PythonRules(
+    extra_import_roots=TRITON_RULES.extra_import_roots,
+    reference_rules=TRITON_RULES.reference_rules,
+    namespaces=TRITON_RULES.namespaces,
+    device_decorators=TRITON_RULES.device_decorators,
+    torch_allowed=module_torch_allowed,
+)
+
+
 class TritonLanguage(KernelLanguage):
     """Triton: `@triton.jit` kernels plus a Python `kernel_function` that allocates outputs and launches them."""
 
@@ -89,6 +110,21 @@ class TritonLanguage(KernelLanguage):
         ):
             violations.append(Violation(entry, fn.lineno, f"`{entry}` never launches a @triton.jit kernel (expected "
                                         f"`kernel[grid](...)` in {entry} or a helper it calls)", "structure"))
+        return violations
+
+    def screen_module(self, source: str) -> list[Violation]:
+        """Screen a KernelBench-format `ModelNew` file: the same bans, plus a top-level `class ModelNew` and at least
+        one `@triton.jit` kernel (torch.nn layer classes may be built, to hold the reference's parameters)."""
+        analysis = analyse_python(source, MODULE_RULES, None)
+        violations = list(analysis.violations)
+        if analysis.tree is None:
+            return violations
+        if not any(isinstance(stmt, ast.ClassDef) and stmt.name == "ModelNew" for stmt in analysis.tree.body):
+            violations.append(Violation("ModelNew", 0, "no top-level `class ModelNew(nn.Module)`: the file must define "
+                                        "it with the reference Model's constructor arguments", "structure"))
+        if not analysis.device_functions:
+            violations.append(Violation("@triton.jit", 0, "no @triton.jit kernel: the computation must be written as "
+                                        "Triton kernels", "structure"))
         return violations
 
     def device_types(self) -> tuple[str, ...]:

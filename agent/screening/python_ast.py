@@ -30,11 +30,14 @@ class PythonRules:
     `reference_rules`: root module -> function(qualname) returning why a reference is refused (or None); roots
     without a rule allow every public name. `namespaces`: dotted names that are not modules but may be imported or
     aliased like one (e.g. `triton.runtime.driver`). `device_decorators`: qualnames whose decorated functions are
-    device code (e.g. `triton.jit`); tensor-method and `@` rules do not apply inside device code.
+    device code (e.g. `triton.jit`); tensor-method and `@` rules do not apply inside device code. `torch_allowed`:
+    an extra predicate over `torch.*` qualnames a screening mode may also use and subclass (module problems allow
+    `torch.nn` layer classes and `torch.nn.init`, to build the same parameters as the reference model).
     """
 
     extra_import_roots: frozenset[str] = frozenset()
     reference_rules: Mapping[str, Callable[[str], str | None]] = field(default_factory=dict)
+    torch_allowed: Callable[[str], bool] | None = None
     namespaces: frozenset[str] = frozenset()
     device_decorators: frozenset[str] = frozenset()
 
@@ -432,6 +435,8 @@ class _Analyser:
         """Why the policy refuses a reference to `qualname` (rooted in an allowed module), or None."""
         root = qualname.split(".")[0]
         if root == "torch":
+            if self.rules.torch_allowed is not None and self.rules.torch_allowed(qualname):
+                return None
             return policy.torch_reference_problem(qualname, self.function_name)
         if root in self.rules.reference_rules:
             return self.rules.reference_rules[root](qualname)
@@ -512,7 +517,8 @@ class _Analyser:
     def check_class(self, node: ast.ClassDef) -> None:
         for base in node.bases:
             for qualname in sorted(self.resolve(base) or ()):
-                if qualname.split(".")[0] == "torch":
+                allowed = self.rules.torch_allowed is not None and self.rules.torch_allowed(qualname)
+                if qualname.split(".")[0] == "torch" and not allowed:
                     self.flag(qualname, node, f"class {node.name} subclasses {qualname}; kernels must not define "
                               "tensor subclasses, modules or autograd functions")
 

@@ -86,12 +86,14 @@ class LLMSource(EvalSource):
     `generator_factory`: builds the `forge.KernelGenerator` in each worker instead of `agent.LLMKernelGenerator`
     (must be picklable: a module-level function or class). `generator_options`: keyword arguments for
     `LLMKernelGenerator` (e.g. `candidates`, `attempts`, `optimize_rounds`). `generation_timeout_s`: give up on
-    one problem's generation after this long (recorded as `timeout`).
+    one problem's generation after this long (recorded as `timeout`). `screen_modules=False` skips the static
+    screening of generated `ModelNew` files (UNSAFE: for tests of the checker with plain-PyTorch candidates).
     """
 
     def __init__(self, config: Any = None, *, generator_factory: Callable[[], KernelGenerator] | None = None,
                  generator_options: Mapping[str, Any] | None = None, generation_timeout_s: float | None = None,
-                 module_check_timeout_s: float = DEFAULT_MODULE_CHECK_TIMEOUT_S) -> None:
+                 module_check_timeout_s: float = DEFAULT_MODULE_CHECK_TIMEOUT_S,
+                 screen_modules: bool = True) -> None:
         if config is None and generator_factory is None:
             from agent.llm import LLMConfig
 
@@ -104,6 +106,7 @@ class LLMSource(EvalSource):
         self.generator_options = dict(generator_options or {})
         self.generation_timeout_s = generation_timeout_s
         self.module_check_timeout_s = module_check_timeout_s
+        self.screen_modules = screen_modules
         self.artifacts_dir: Path | None = None
         self._run_token = ""
         self._generator: KernelGenerator | None = None
@@ -237,8 +240,13 @@ class LLMSource(EvalSource):
 
     def _verdict(self, problem: ModuleProblem, source: str, device: torch.device, kernel_utils: KernelUtils) -> Any:
         """One generated `ModelNew` checked in a child process, as an `agent.sandbox.SandboxResult`."""
+        from agent.languages import get_language
         from agent.sandbox import SandboxResult
 
+        violations = get_language("triton").screen_module(source) if self.screen_modules else []
+        if violations:  # nothing runs: the same static bans as function kernels
+            return SandboxResult(status="forbidden", message=f"screening refused {len(violations)} construct(s)",
+                                 details={"violations": [v.to_dict() for v in violations], "phase": "screening"})
         outcome = run_isolated(module_verdict, problem, source, str(device), kernel_utils,
                                timeout_s=self.module_check_timeout_s)
         if outcome.status == "ok":

@@ -462,3 +462,43 @@ def test_triton_load_imports_the_file_and_returns_the_entry(tmp_path) -> None:
     path.write_text("VALUE = 1\n")
     with pytest.raises(AttributeError, match="defines no `kernel_function`"):
         get_language("triton").load(path, "kforge_test_load_module2")
+
+
+def test_module_screening_allows_layers_but_not_functional_or_escapes() -> None:
+    from agent.languages import get_language
+
+    language = get_language("triton")
+    good = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=m), 0.0), mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        _relu[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+"""
+    assert language.screen_module(good) == []
+    functional = good.replace("        return y\n", "        return torch.nn.functional.relu(x)\n")
+    assert any("torch.nn.functional" in v.construct for v in language.screen_module(functional))
+    escape = good.replace("import torch\n", "import torch\nimport subprocess\n")
+    assert any("subprocess" in v.construct for v in language.screen_module(escape))
+    no_model = good.replace("class ModelNew", "class Other")
+    assert any(v.construct == "ModelNew" for v in language.screen_module(no_model))
+    # the function-kernel policy is unchanged: layers stay refused there
+    assert language.screen(good, "relu")

@@ -117,7 +117,7 @@ def make_stub_generator() -> StubGenerator:
 
 
 def test_llm_source_with_a_stub_generator_on_function_problems(tmp_path) -> None:
-    source = LLMSource(generator_factory=make_stub_generator)
+    source = LLMSource(generator_factory=make_stub_generator, screen_modules=False)
     frame = run_eval("smoke", source, out_dir=tmp_path / "run", device="cpu", workers=1, quick=True,
                      problem_ids=["smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"], progress=False,
                      plots=False)
@@ -139,7 +139,8 @@ def test_llm_source_module_problems_check_each_attempt_in_a_child_process(tmp_pa
     for name, text in (("1_LinearReLU", MLP), ("2_LinearReLUAgain", MLP), ("3_CrossEntropy", LOSS)):
         (level / f"{name}.py").write_text(text)
     problems = load_kernelbench_folder(level)
-    frame = run_eval(problems, LLMSource(generator_factory=make_stub_generator), out_dir=tmp_path / "run",
+    source = LLMSource(generator_factory=make_stub_generator, screen_modules=False)
+    frame = run_eval(problems, source, out_dir=tmp_path / "run",
                      device="cpu", workers=1, quick=True, progress=False, plots=False)
     rows = frame.set_index("problem_id")
     first = rows.loc["level1/1_LinearReLU"]
@@ -369,7 +370,8 @@ def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path
     (level / "1_LinearReLU.py").write_text(MLP)
     with ScriptedLLMServer([reply(fenced(MLP_WRONG)), reply(fenced(MLP_NEW))]) as server:
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
-        frame = run_eval(level, LLMSource(config, generator_options={"attempts": 3}), out_dir=tmp_path / "run",
+        source = LLMSource(config, generator_options={"attempts": 3}, screen_modules=False)
+        frame = run_eval(level, source, out_dir=tmp_path / "run",
                          device="cpu", workers=1, quick=True, progress=False, plots=False)
         fix_prompt = server.requests[1]["messages"][-1]["content"]
     row = frame.iloc[0]
@@ -377,3 +379,15 @@ def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path
     assert row["attempts"] == 2 and row["prompt_tokens"] > 0 and row["cost_usd"] > 0
     # The wrong ModelNew was refused by the eval's oracle, and its mismatch went back to the LLM.
     assert "mismatch" in fix_prompt and "seed 42" in fix_prompt and "max abs error" in fix_prompt
+
+
+def test_generated_module_files_are_screened_before_they_run(tmp_path) -> None:
+    from evals import module_problem_from_source
+    from evals.runner import QUICK_KERNEL_UTILS
+
+    problem = module_problem_from_source(LOSS, problem_id="level1/3_CrossEntropy", suite="kb")
+    source = LLMSource(generator_factory=make_stub_generator)
+    verdict = source._verdict(problem, LOSS_NEW, "cpu", QUICK_KERNEL_UTILS)
+    assert verdict.status == "forbidden"
+    constructs = {v["construct"] for v in verdict.details["violations"]}
+    assert "@triton.jit" in constructs and any("logsumexp" in c for c in constructs)
