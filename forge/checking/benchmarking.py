@@ -8,7 +8,8 @@ bigger inputs rotate between two cloned sets. Cloning, and then the L2 flush, ha
 On CUDA: CUDA events around the pass, an L2 flush (zeroing a 256 MB buffer) before each timed pass, and a
 device-wide `torch.cuda.synchronize()` followed by a second end event, so work the candidate queued on other
 streams is counted: a pass takes `max(current-stream time, all-streams time - calibrated sync overhead)`. On CPU:
-`time.perf_counter` around each pass. Everything runs under `torch.no_grad()`. Timed passes continue until at
+`time.perf_counter` around each pass. Everything runs under `torch.no_grad()`. Results keep every pass's time, so
+`is_faster_than` can test the difference (Mann-Whitney U) rather than eyeball quartiles. Timed passes continue until at
 least `rounds` ran and `min_run_time_s` of wall time was spent in the timing loop (at most 10,000 passes).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ class BenchmarkResult:
     min_ms: float
     runs: int
     device: str
+    times_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def spread(self) -> float:
@@ -58,15 +60,27 @@ class BenchmarkResult:
             return math.inf if other.median_ms > 0 else 1.0
         return other.median_ms / self.median_ms
 
-    def is_faster_than(self, other: BenchmarkResult, min_gain: float = 0.03) -> bool:
-        """True only when the gain is beyond the noise: `self.q75 < other.q25` and speedup > `1 + min_gain`."""
+    def is_faster_than(self, other: BenchmarkResult, min_gain: float = 0.03, alpha: float = 0.01) -> bool:
+        """True only when the gain is beyond the noise.
+
+        The median speedup must exceed `1 + min_gain`, and the per-pass times must show that self is faster: a
+        one-sided Mann-Whitney U test at level `alpha` when both results carry at least 8 timings (robust to the
+        skewed, sometimes bimodal timings of a busy GPU host), else the quartile rule `self.q75 < other.q25`.
+        """
         if min_gain < 0:
             raise ValueError(f"min_gain must be >= 0, got {min_gain}")
         self._check_comparable(other)
-        return self.q75_ms < other.q25_ms and self.speedup_over(other) > 1.0 + min_gain
+        if self.speedup_over(other) <= 1.0 + min_gain:
+            return False
+        if len(self.times_ms) >= 8 and len(other.times_ms) >= 8:
+            return mann_whitney_p_less(self.times_ms, other.times_ms) < alpha
+        return self.q75_ms < other.q25_ms
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "spread": self.spread}
+        return {
+            "median_ms": self.median_ms, "q25_ms": self.q25_ms, "q75_ms": self.q75_ms, "min_ms": self.min_ms,
+            "runs": self.runs, "device": self.device, "spread": self.spread,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchmarkResult:
@@ -89,6 +103,36 @@ class BenchmarkResult:
             raise ValueError(f"cannot compare timings from different devices ({self.device} vs {other.device})")
 
 
+def mann_whitney_p_less(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided p-value that samples `a` are NOT stochastically smaller than `b` (Mann-Whitney U, normal
+    approximation with tie correction). Small values mean `a` is reliably smaller."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        raise ValueError("mann_whitney_p_less needs two non-empty samples")
+    pooled = sorted([(value, 0) for value in a] + [(value, 1) for value in b])
+    ranks = [0.0] * len(pooled)
+    tie_term = 0.0
+    i = 0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        rank = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[k] = rank
+        size = j - i + 1
+        tie_term += size**3 - size
+        i = j + 1
+    rank_sum_a = sum(rank for rank, (_, group) in zip(ranks, pooled, strict=True) if group == 0)
+    u_a = rank_sum_a - n1 * (n1 + 1) / 2.0  # large when a tends to be larger
+    n = n1 + n2
+    variance = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if variance <= 0:
+        return 1.0
+    z = (u_a - n1 * n2 / 2.0 + 0.5) / math.sqrt(variance)  # continuity-corrected
+    return 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
 def _quantile(ordered: list[float], q: float) -> float:
     position = (len(ordered) - 1) * q
     low = math.floor(position)
@@ -108,6 +152,7 @@ def summarize(times_ms: Sequence[float], device: str) -> BenchmarkResult:
         min_ms=ordered[0],
         runs=len(ordered),
         device=device,
+        times_ms=tuple(float(t) for t in times_ms),
     )
 
 
