@@ -31,6 +31,21 @@ logger = logging.getLogger(__name__)
 _REGISTRY: dict[str, type[KernelProvider]] = {}
 
 
+# Modules that define kernel-forge's own provider types; imported on demand when a plan names an unknown type, so a
+# deploy-time `KernelOptimizationPlan.load` works without the caller importing them first.
+_BUILTIN_PROVIDER_MODULES = ("forge.providers", "agent.provider")
+
+
+def _import_builtin_providers() -> None:
+    import importlib
+
+    for module in _BUILTIN_PROVIDER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # an optional part that is not installed
+            logger.debug("cannot import provider module %s: %s", module, exc)
+
+
 def registered_provider_types() -> dict[str, type[KernelProvider]]:
     """A copy of the provider registry: type name -> class."""
     return dict(_REGISTRY)
@@ -113,6 +128,9 @@ class KernelProvider(ABC):
             raise ValueError(f"invalid kernel provider state (expected a dict with a string 'type'): {state!r}")
         type_name = state["type"]
         target = _REGISTRY.get(type_name)
+        if target is None:
+            _import_builtin_providers()
+            target = _REGISTRY.get(type_name)
         if target is None:
             known = ", ".join(sorted(_REGISTRY)) or "none"
             raise ValueError(

@@ -120,3 +120,19 @@ def test_duplicate_provider_type_name_is_an_error() -> None:
 
         class Clash(FastGeluProvider, type_name="test_fast_gelu"):
             pass
+
+
+def test_builtin_provider_types_load_in_a_fresh_process(tmp_path) -> None:
+    """A deploy-time load must not depend on the caller having imported the provider modules."""
+    import subprocess
+    import sys
+
+    q = torch.randn(1, 2, 8, 16)
+    sdpa = TorchSDPAProvider("math")
+    assert sdpa.prepare([Sample((q, q, q), {})])
+    path = KernelOptimizationPlan(entries=(PlanEntry(sdpa, (Sample((q, q, q), {}),)),)).save(tmp_path / "p.json")
+    code = "import sys; from forge.plan import KernelOptimizationPlan as P; print(P.load(sys.argv[1]).providers)"
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                            cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert result.returncode == 0, result.stderr
+    assert "PyTorch SDPA MATH" in result.stdout
