@@ -176,6 +176,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     plan = optimizer.make_plan(model, data)
     _print_table("profile (time per forward pass)", optimizer.profile_summary)
     _print_table("candidates", optimizer.report)
+    if optimizer.end_to_end is not None:
+        _print_table("end-to-end check (the whole model with and without the selected kernels)", optimizer.end_to_end)
     _print_table("plan", plan.summary())
     if args.out:
         path = plan.save(args.out)

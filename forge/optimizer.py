@@ -34,7 +34,7 @@ from forge.checking import BenchmarkResult, KernelUtils, benchmark_distribution
 from forge.environment import environment_fingerprint
 from forge.functional import original_function
 from forge.plan import KernelOptimizationPlan, PlanEntry
-from forge.profiler import ModuleFunctionKernelProfiler
+from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.samples import Sample
@@ -117,6 +117,8 @@ class KernelOptimizer:
         provider_min_time_share_percent: float = 0.0,
         generator_min_time_share_percent: float = 10.0,
         generation_timeout: float | None = None,
+        *,
+        end_to_end_check: bool = True,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
         self.kernel_generators: list[KernelGenerator] = _as_list(
@@ -135,6 +137,8 @@ class KernelOptimizer:
         if not isinstance(generation_timeout, (int, float)) or not generation_timeout >= 0:
             raise ValueError(f"generation_timeout must be a number of seconds >= 0, got {generation_timeout!r}")
         self.generation_timeout = float(generation_timeout)
+        self.end_to_end_check = bool(end_to_end_check)
+        self.end_to_end: pd.DataFrame | None = None
         self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary: pd.DataFrame | None = None
         self._rows: list[dict[str, Any]] = []
@@ -167,6 +171,7 @@ class KernelOptimizer:
         self._rows = []
         self.report = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary = None
+        self.end_to_end = None
         clock = Stopwatch()
 
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
@@ -222,6 +227,8 @@ class KernelOptimizer:
         self._evaluate_providers(searches, provider_functions)
         self._collect_generated(searches, tasks, generation_deadline)
         entries = self._select(searches)
+        if entries and self.end_to_end_check:
+            entries = self._check_end_to_end(function, data, module, entries)
         plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device))
 
         self.report = pd.DataFrame(self._rows, columns=REPORT_COLUMNS)
@@ -407,6 +414,69 @@ class KernelOptimizer:
                     )
                 )
         return entries
+
+    def _check_end_to_end(
+        self, function: Callable, data: Sequence[Any] | None, module: nn.Module, entries: list[PlanEntry]
+    ) -> list[PlanEntry]:
+        """Time the whole `function` over `data` with and without the plan; drop what makes the model slower.
+
+        Per-call timings isolate a kernel (L2 flushed, device idle before each pass), so they miss costs that only
+        show inside the model, such as host-side launch overhead that stalls the queue. If the plan is slower than
+        eager beyond noise, entries are re-added one at a time (largest per-call gain first) and each is kept only
+        if the model is not slower with it.
+        """
+        samples = normalize_data(data) or [Sample((), {})]
+        no_args = [Sample((), {})]
+
+        def run_all() -> None:
+            for sample in samples:
+                function(*sample.args, **sample.kwargs)
+
+        def measure(selected: list[PlanEntry]) -> BenchmarkResult:
+            if not selected:
+                return self.kernel_utils.benchmark(run_all, no_args)
+            runtime = KernelOptimizationPlan(entries=tuple(selected)).runtime(module)
+
+            def run_with_plan() -> None:
+                with runtime.applied():
+                    run_all()
+
+            return self.kernel_utils.benchmark(run_with_plan, no_args)
+
+        rows = []
+        try:
+            progress("end-to-end check: the model with and without the plan")
+            before, with_plan, after = measure([]), measure(entries), measure([])
+        except Exception as exc:
+            logger.warning("End-to-end check failed (%s); keeping the per-function selection", exc)
+            return entries
+        eager = min((before, after), key=lambda r: r.median_ms)
+        rows += [("eager", "", eager), ("plan", ", ".join(e.function for e in entries), with_plan)]
+        kept = list(entries)
+        if before.is_faster_than(with_plan, min_gain=0.0) and after.is_faster_than(with_plan, min_gain=0.0):
+            logger.warning("The plan makes the whole model slower (%.4g ms vs %.4g ms eager); pruning it",
+                           with_plan.median_ms, eager.median_ms)
+            kept = []
+            current = eager
+            for entry in sorted(entries, key=lambda e: -(e.speedup or 0.0)):
+                trial = measure([*kept, entry])
+                rows.append((f"+ {entry.function}", ", ".join(e.function for e in [*kept, entry]), trial))
+                if current.is_faster_than(trial, min_gain=0.0):
+                    self._mark_dropped(entry)
+                else:
+                    kept.append(entry)
+                    current = trial
+        self.end_to_end = pd.DataFrame(
+            [{"variant": name, "functions": functions, "median_ms": r.median_ms, "q25_ms": r.q25_ms,
+              "q75_ms": r.q75_ms, "speedup_vs_eager": eager.median_ms / r.median_ms} for name, functions, r in rows]
+        )
+        logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        return kept
+
+    def _mark_dropped(self, entry: PlanEntry) -> None:
+        for row in self._rows:
+            if row["function"] == entry.function and row["status"] == "selected":
+                row["status"] = "dropped (slower end to end)"
 
     # -- report -------------------------------------------------------------------------------------------
     def _row(

@@ -14,7 +14,7 @@ from torch import nn
 import forge.functional
 from forge.checking import KernelUtils
 from forge.optimizer import KernelOptimizer
-from forge.plan import KernelOptimizationPlan
+from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample
 from tests.forge.providers_for_tests import (
@@ -45,7 +45,9 @@ def slow_baseline(monkeypatch):
         time.sleep(0.003)
         return real(x, approximate=approximate)
 
+    # Both what the optimizer treats as PyTorch's gelu and what the model actually calls.
     monkeypatch.setitem(forge.functional._ORIGINALS, "gelu", slowed_gelu)
+    monkeypatch.setattr(F, "gelu", slowed_gelu)
     return slowed_gelu
 
 
@@ -177,3 +179,28 @@ def test_empty_sources_give_empty_plan() -> None:
     assert KernelOptimizer().make_plan(GeluNet(), _data()) == KernelOptimizationPlan(
         environment=KernelOptimizer().make_plan(GeluNet(), _data()).environment
     )
+
+
+def test_end_to_end_check_keeps_a_plan_that_speeds_the_model_up(slow_baseline) -> None:
+    optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], kernel_utils=FAST_UTILS)
+    plan = optimizer.make_plan(GeluNet(), _data())
+    assert plan.functions == ["gelu"]
+    e2e = optimizer.end_to_end.set_index("variant")
+    assert e2e.loc["plan", "median_ms"] < e2e.loc["eager", "median_ms"]
+
+
+def test_end_to_end_check_drops_an_entry_that_slows_the_model_down() -> None:
+    """Per-call selection can be fooled (e.g. by host overhead that only shows inside a model): the whole-model
+    check catches a plan whose entry makes the model slower and drops that entry."""
+    x = torch.randn(8, 16)
+    slow = SlowGeluProvider()
+    slow.prepare([Sample((x,), {})])
+    entry = PlanEntry(provider=slow, signatures=(Sample((x,), {}),), latency_ms=0.1, baseline_ms=0.2)
+    optimizer = KernelOptimizer(kernel_providers=[slow], kernel_utils=FAST_UTILS)
+    optimizer._rows = [{"function": "gelu", "candidate": slow.name, "source": "static", "status": "selected",
+                        "latency_ms": 0.1, "spread": 0.0, "speedup": 2.0, "error": None}]
+    net = GeluNet()
+    kept = optimizer._check_end_to_end(net, [Sample((torch.randn(8, 16),), {})], net, [entry])
+    assert kept == []
+    assert optimizer._rows[0]["status"] == "dropped (slower end to end)"
+    assert "+ gelu" in set(optimizer.end_to_end["variant"])
