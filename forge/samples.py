@@ -22,6 +22,7 @@ __all__ = [
     "clone_tensor",
     "clone_value",
     "draw_sample",
+    "iter_leaves",
     "iter_tensors",
     "sample_from_json",
     "sample_to_json",
@@ -286,16 +287,21 @@ def signature_of(args: tuple, kwargs: dict) -> Hashable:
     )
 
 
-def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor leaf inside nested tuples, lists and dicts."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
+def iter_leaves(value: Any) -> Iterator[Any]:
+    """Every leaf (anything that is not a tuple, list or dict) inside nested tuples, lists and dicts."""
+    if isinstance(value, (tuple, list)):
         for v in value:
-            yield from iter_tensors(v)
+            yield from iter_leaves(v)
     elif isinstance(value, dict):
         for v in value.values():
-            yield from iter_tensors(v)
+            yield from iter_leaves(v)
+    else:
+        yield value
+
+
+def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor leaf inside nested tuples, lists and dicts."""
+    return (leaf for leaf in iter_leaves(value) if isinstance(leaf, torch.Tensor))
 
 
 def map_values(value: Any, fn: Callable[[Any], Any]) -> Any:

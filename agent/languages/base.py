@@ -7,14 +7,13 @@ which exception classes belong to it. Triton is the first; CUDA (through `load_i
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from agent.screening.violation import Violation
+from forge.source_files import import_source_file
 
 __all__ = ["ExceptionClass", "KernelLanguage"]
 
@@ -47,16 +46,7 @@ class KernelLanguage(ABC):
         is missing or not callable. The module is registered in `sys.modules` (Triton and dataclasses need it).
         """
         path = Path(path)
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import kernel source {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(module_name, None)
-            raise
+        module = import_source_file(path, module_name)
         entry = getattr(module, self.entry_point, None)
         if entry is None:
             raise AttributeError(f"kernel source {path.name} defines no `{self.entry_point}`")

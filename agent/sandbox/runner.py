@@ -36,7 +36,7 @@ from agent.sandbox.isolation import network_isolation
 from agent.sandbox.result import SandboxResult
 from agent.screening.violation import Violation
 from forge.functional import original_function
-from forge.samples import Sample, TensorSpec, clone_value
+from forge.samples import Sample, TensorSpec, clone_value, iter_leaves
 
 __all__ = ["DEFAULT_TIMEOUT_S", "ProcessRegistry", "kill_all", "live_process_groups", "run_candidate"]
 
@@ -279,7 +279,7 @@ def _check_samples(samples: Sequence[Sample], counts: Sequence[int] | None) -> l
 def _device_of(samples: list[Sample], language: KernelLanguage) -> str:
     devices: set[str] = set()
     for sample in samples:
-        for value in _leaves((sample.args, sample.kwargs)):
+        for value in iter_leaves((sample.args, sample.kwargs)):
             if isinstance(value, torch.Tensor):
                 devices.add(str(value.device))
             elif isinstance(value, TensorSpec):
@@ -291,17 +291,6 @@ def _device_of(samples: list[Sample], language: KernelLanguage) -> str:
         raise ValueError(f"{language.name} kernels cannot run on {device}; supported device types: "
                          f"{', '.join(language.device_types())}")
     return device
-
-
-def _leaves(value: Any):
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    else:
-        yield value
 
 
 def _make_folder(workdir: str | os.PathLike[str] | None, keep: bool) -> tuple[Path, bool]:

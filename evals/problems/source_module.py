@@ -8,15 +8,15 @@ name, so module-level state never leaks between loads, and decorators that read 
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import itertools
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import types
 from pathlib import Path
+
+from forge.source_files import import_source_file
 
 __all__ = ["load_source_module"]
 
@@ -43,15 +43,4 @@ def load_source_module(source: str, *, name: str = "problem") -> types.ModuleTyp
     module_name = f"_kforge_eval_{safe}_{next(_counter)}"
     path = _source_folder() / f"{module_name}.py"
     path.write_text(source, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - only for exotic import systems
-        raise ImportError(f"cannot create an import spec for {path}")
-    module = importlib.util.module_from_spec(spec)
-    # Registered so that dataclasses, pickling and JIT caches that look a module up by name find it.
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(module_name, None)
-        raise
-    return module
+    return import_source_file(path, module_name)
