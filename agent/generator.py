@@ -234,6 +234,8 @@ class LLMKernelGenerator(KernelGenerator):
         outcomes = [f.result() for f in futures]
         usage = self._usage_for(function)
         usage["attempts"] = sum(o.turns for o in outcomes)
+        if self._client is not None:  # run totals so far: every function's calls, tokens and cost
+            self._write_json(self.artifacts_dir / "usage.json", self._client.usage.summary())
         self._write_json(folder / "summary.json", {
             "function": function,
             "conversations": [{"index": o.index, "turns": o.turns, "speedup": o.speedup, "error": o.error}

@@ -172,6 +172,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         provider_min_time_share_percent=args.provider_threshold,
         generator_min_time_share_percent=args.generator_threshold,
         generation_timeout=args.generation_timeout,
+        end_to_end_check=not args.no_end_to_end_check,
     )
     plan = optimizer.make_plan(model, data)
     _print_table("profile (time per forward pass)", optimizer.profile_summary)
@@ -293,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--benchmark", action="store_true",
                      help="also time the whole model: eager vs plan vs torch.compile(model)")
     opt.add_argument("--no-static", action="store_true", help="skip the built-in static providers")
+    opt.add_argument("--no-end-to-end-check", action="store_true",
+                     help="keep per-function winners without timing the whole model with and without them")
     opt.add_argument("--provider-threshold", type=float, default=0.0, metavar="PCT",
                      help="minimum time share for static providers (default 0)")
     opt.add_argument("--generator-threshold", type=float, default=10.0, metavar="PCT",

@@ -209,3 +209,24 @@ def test_provider_restored_from_an_edited_plan_is_refused() -> None:
         KernelProvider.from_dict(state)
     forbidden = GeneratedKernelProvider("silu", SILU_FORBIDDEN)
     assert not forbidden.prepare(_silu_samples())
+
+
+def test_optimize_rounds_show_the_measurements_and_keep_the_fastest_correct_kernel(scripted_llm, tmp_path) -> None:
+    # Turn 1: a correct kernel. Optimize round 1: a wrong "faster" one (fix feedback follows, the best stays).
+    # Optimize round 2: a correct rewrite with another block size.
+    rewrite = SILU_OK.replace("BLOCK=1024", "BLOCK=256").replace("triton.cdiv(n, 1024)", "triton.cdiv(n, 256)")
+    scripted_llm.push(reply(fenced(SILU_OK)), reply(fenced(SILU_WRONG)), reply(fenced(rewrite)))
+    generator = _generator(scripted_llm, tmp_path, optimize_rounds=2)
+    result = generator.submit("silu", _silu_samples()).result(timeout=300)
+    assert result.succeeded, result.error
+    prompts = _user_prompts(scripted_llm)
+    assert len(prompts) == 3 and result.usage["attempts"] == 3
+    optimize = prompts[1]
+    for needle in ("PyTorch", "roofline", "launch"):
+        assert needle.lower() in optimize.lower(), needle
+    assert "mismatch" in prompts[2].lower() or "max abs" in prompts[2].lower()
+    # the provider is one of the two correct kernels, whichever measured faster in the sandbox
+    assert result.provider.source.strip() in {SILU_OK.strip(), rewrite.strip()}
+    assert result.provider.metadata["sandbox_speedup"] > 0
+    usage = json.loads(next((tmp_path / "runs").rglob("usage.json")).read_text())
+    assert usage["calls"] == 3 and usage["per_tag"]["silu"]["calls"] == 3
