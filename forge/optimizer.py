@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from forge.checking import BenchmarkResult, KernelUtils, benchmark_distribution
+from forge.checking import BenchmarkResult, KernelUtils
 from forge.environment import environment_fingerprint
 from forge.functional import original_function
 from forge.plan import KernelOptimizationPlan, PlanEntry
@@ -217,9 +217,7 @@ class KernelOptimizer:
                     name=name,
                     reference=original_function(name),
                     unique_samples=[s for _, s in counted],
-                    benchmark_samples=benchmark_distribution(
-                        counted, max_calls=getattr(self.kernel_utils, "max_benchmark_calls", 64)
-                    ),
+                    benchmark_samples=self.kernel_utils.benchmark_distribution(counted),
                 )
 
         tasks = self._submit_generation(searches, generator_functions, generator_support)
