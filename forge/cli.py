@@ -3,6 +3,7 @@
     kforge optimize --demo [--out plan.json]                  optimize the embedded demo decoder
     kforge optimize PKG.MODULE:FACTORY --inputs PKG.MODULE:INPUTS [--out plan.json]
     kforge plan show plan.json                                print a saved plan
+    kforge plan verify plan.json                              re-validate a saved plan's kernels on this machine
     kforge eval SUITE [...]                                   offline evals of kernel sources (see `kforge eval -h`)
 """
 
@@ -280,6 +281,25 @@ def _cmd_plan_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan_verify(args: argparse.Namespace) -> int:
+    """Re-validate every kernel of a saved plan on fresh inputs drawn from its signatures, on this machine."""
+    from forge.plan import KernelOptimizationPlan, PlanLoadError
+
+    try:
+        plan = KernelOptimizationPlan.load(args.path)
+    except PlanLoadError as exc:
+        print(f"kforge: {exc}", file=sys.stderr)
+        return 2
+    failures = 0
+    for function, errors in plan.verify().items():
+        print(f"{function}: {'ok' if not errors else 'FAILED'}")
+        for error in errors[:5]:
+            print(f"  {_clip(error, 300)}")
+        failures += bool(errors)
+    print(f"{len(plan) - failures} of {len(plan)} kernel(s) verified")
+    return 1 if failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kforge", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v for INFO logs, -vv for DEBUG")
@@ -326,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = plan_sub.add_parser("show", help="print a saved plan")
     show.add_argument("path")
     show.set_defaults(func=_cmd_plan_show)
+    verify = plan_sub.add_parser("verify", help="re-validate a saved plan's kernels on fresh inputs on this machine")
+    verify.add_argument("path")
+    verify.set_defaults(func=_cmd_plan_verify)
 
     try:
         from evals.cli import add_eval_parser

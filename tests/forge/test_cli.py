@@ -62,3 +62,23 @@ def test_console_script_entry_point_runs() -> None:
     result = subprocess.run([sys.executable, "-m", "forge.cli", "--help"], capture_output=True, text=True,
                             cwd=REPO, timeout=120)
     assert result.returncode == 0 and "optimize" in result.stdout and "plan" in result.stdout
+
+
+def test_plan_verify_checks_every_kernel(tmp_path, capsys) -> None:
+    import torch
+
+    from forge.plan import KernelOptimizationPlan, PlanEntry
+    from forge.samples import Sample
+    from tests.forge.providers_for_tests import DoublingReluProvider, FastGeluProvider
+
+    x = torch.randn(4, 16)
+    good = FastGeluProvider()
+    good.prepare([Sample((x,), {})])
+    path = KernelOptimizationPlan(entries=(PlanEntry(good, (Sample((x,), {}),)),)).save(tmp_path / "good.json")
+    assert main(["plan", "verify", str(path)]) == 0
+    assert "1 of 1 kernel(s) verified" in capsys.readouterr().out
+    wrong = DoublingReluProvider("gelu")  # relu posing as gelu
+    wrong.prepare([Sample((x,), {})])
+    path = KernelOptimizationPlan(entries=(PlanEntry(wrong, (Sample((x,), {}),)),)).save(tmp_path / "bad.json")
+    assert main(["plan", "verify", str(path)]) == 1
+    assert "FAILED" in capsys.readouterr().out
