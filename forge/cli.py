@@ -259,13 +259,20 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_plan_show(args: argparse.Namespace) -> int:
+def _load_plan(path: str) -> Any:
+    """The plan at `path`, or None after printing why it cannot be loaded."""
     from forge.plan import KernelOptimizationPlan, PlanLoadError
 
     try:
-        plan = KernelOptimizationPlan.load(args.path)
+        return KernelOptimizationPlan.load(path)
     except PlanLoadError as exc:
         print(f"kforge: {exc}", file=sys.stderr)
+        return None
+
+
+def _cmd_plan_show(args: argparse.Namespace) -> int:
+    plan = _load_plan(args.path)
+    if plan is None:
         return 2
     env = plan.environment
     print(f"plan {args.path}: {len(plan)} replacement(s)")
@@ -283,12 +290,8 @@ def _cmd_plan_show(args: argparse.Namespace) -> int:
 
 def _cmd_plan_verify(args: argparse.Namespace) -> int:
     """Re-validate every kernel of a saved plan on fresh inputs drawn from its signatures, on this machine."""
-    from forge.plan import KernelOptimizationPlan, PlanLoadError
-
-    try:
-        plan = KernelOptimizationPlan.load(args.path)
-    except PlanLoadError as exc:
-        print(f"kforge: {exc}", file=sys.stderr)
+    plan = _load_plan(args.path)
+    if plan is None:
         return 2
     failures = 0
     for function, errors in plan.verify().items():
