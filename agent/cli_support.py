@@ -37,7 +37,10 @@ def generators_from_args(args: argparse.Namespace) -> list:
         value = getattr(args, flag, None)
         if value:
             overrides[key] = value
-    config = LLMConfig.from_env(**overrides)
+    try:
+        config = LLMConfig.from_env(**overrides)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"kforge: LLM generator configuration: {exc}") from exc
     if not config.is_configured:
         logger.info("no LLM endpoint or cassette configured: kernel generation is off")
         return []

@@ -82,3 +82,11 @@ def test_plan_verify_checks_every_kernel(tmp_path, capsys) -> None:
     path = KernelOptimizationPlan(entries=(PlanEntry(wrong, (Sample((x,), {}),)),)).save(tmp_path / "bad.json")
     assert main(["plan", "verify", str(path)]) == 1
     assert "FAILED" in capsys.readouterr().out
+
+
+def test_bad_llm_configuration_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.setenv("KFORGE_LLM_MODEL", "m")
+    monkeypatch.setenv("KFORGE_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("KFORGE_LLM_INPUT_PRICE", "cheap")
+    with pytest.raises(SystemExit, match="KFORGE_LLM_INPUT_PRICE"):
+        main(["optimize", "--demo", "--device", "cpu"])
