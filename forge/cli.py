@@ -145,7 +145,7 @@ def _generators(args: argparse.Namespace) -> list:
 
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
-    from forge.checking import KernelUtils, benchmark
+    from forge.checking import KernelUtils
     from forge.demo import demo_inputs, demo_model
     from forge.optimizer import KernelOptimizer
     from forge.providers import default_providers
@@ -175,7 +175,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
     )
-    plan = optimizer.make_plan(model, data)
+    plan = optimizer.make_plan(model, data, execution=args.execution)
     _print_table("profile (time per forward pass)", optimizer.profile_summary)
     _print_table("candidates", optimizer.report)
     if optimizer.end_to_end is not None:
@@ -185,48 +185,17 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         path = plan.save(args.out)
         print(f"\nplan saved to {path}")
     if args.benchmark:
-        _end_to_end(model, data, plan, benchmark)
+        _end_to_end(model, data, plan)
     return 0
 
 
-def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, benchmark: Any, blocks: int = 6) -> None:
-    """Whole-model latency: eager vs the plan vs torch.compile of the whole model.
+def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, blocks: int = 6) -> None:
+    """Whole-model latency in every execution mode with and without the plan (`forge.end_to_end`)."""
+    from forge.end_to_end import compare_end_to_end
 
-    The variants are timed in interleaved blocks (eager, plan, compiled, eager, ...) so that clock or load drift
-    during the run hits all three alike; each row reports the median over blocks of the block medians.
-    """
-    import statistics
-
-    from forge.progress import progress
-
-    runtime = plan.runtime(model)
-    progress("end-to-end: compiling torch.compile(model)")
-    compiled_model = torch.compile(model)
-    with torch.no_grad():
-        for sample in data:
-            compiled_model(*sample.args, **sample.kwargs)
-
-    def planned(*args: Any, **kwargs: Any) -> Any:
-        with runtime.applied():
-            return model(*args, **kwargs)
-
-    variants = {"eager": model, "kforge plan": planned, "torch.compile(model)": compiled_model}
-    medians: dict[str, list[float]] = {name: [] for name in variants}
-    runs: dict[str, int] = dict.fromkeys(variants, 0)
-    with torch.no_grad():
-        for block in range(blocks):
-            progress("end-to-end: block %d/%d", block + 1, blocks)
-            for name, fn in variants.items():
-                result = benchmark(fn, data, rounds=10, min_run_time_s=0.05)
-                medians[name].append(result.median_ms)
-                runs[name] += result.runs
-    eager = statistics.median(medians["eager"])
-    rows = [
-        {"variant": name, "median_ms": statistics.median(values), "min_block_ms": min(values),
-         "max_block_ms": max(values), "runs": runs[name], "speedup_vs_eager": eager / statistics.median(values)}
-        for name, values in medians.items()
-    ]
-    _print_table(f"end-to-end latency (one pass over the inputs; {blocks} interleaved blocks)", pd.DataFrame(rows))
+    report = compare_end_to_end(model, data, plan, blocks=blocks)
+    _print_table(f"end-to-end latency (one pass over the inputs; {blocks} interleaved blocks; CUDA graphs timed by "
+                 "replay, the others host-inclusive; outputs checked against eager)", report.frame())
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:
@@ -314,8 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--inputs", help="PKG.MODULE:INPUTS giving the input samples")
     opt.add_argument("--out", help="where to save the plan (JSON)")
     opt.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
+    opt.add_argument("--execution", default="eager", choices=["eager", "cuda_graphs", "compile"],
+                     help="how the model will run: eager (host-inclusive timing), cuda_graphs or compile (kernels "
+                     "selected on device time; the end-to-end check runs that way). Recorded in the plan")
     opt.add_argument("--benchmark", action="store_true",
-                     help="also time the whole model: eager vs plan vs torch.compile(model)")
+                     help="also time the whole model: eager, CUDA graphs and torch.compile(model), each with and "
+                     "without the plan")
     opt.add_argument("--no-static", action="store_true", help="skip the built-in static providers")
     opt.add_argument("--no-end-to-end-check", action="store_true",
                      help="keep per-function winners without timing the whole model with and without them")

@@ -8,7 +8,11 @@ Flow of `make_plan` (the reference design's, with its weak points fixed):
 5. collect generated results as they finish until the timeout, validating each (unfinished tasks are cancelled
    and named);
 6. per function, once generation is over, time PyTorch, then every valid candidate, then PyTorch again, and keep
-   the fastest candidate only when it beats both baseline runs by more than the measured noise.
+   the fastest candidate only when it beats both baseline runs by more than the measured noise;
+7. time the whole model with and without the selected kernels, the way it will run, and drop what slows it.
+`make_plan(..., execution=)` says how the model will run (`forge.execution`): `eager` selects on host-inclusive
+time, `cuda_graphs` and `compile` on device time (a CUDA-graph replay: launch cost vanishes there), and the
+end-to-end check runs the model that way. The plan records the mode.
 Every candidate, static or generated, goes through the same `KernelUtils.validate` then `KernelUtils.benchmark`.
 Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.2x PyTorch in its sandbox measured
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
@@ -18,6 +22,7 @@ A failing provider or generator is reported and skipped; it never breaks the pla
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import logging
 import math
 import os
@@ -31,13 +36,16 @@ import torch
 from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils
+from forge.checking.benchmarking import NotCapturableError
+from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
+from forge.execution import Execution, parse_execution
 from forge.functional import original_function
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
-from forge.samples import Sample
+from forge.samples import Sample, iter_tensors
 
 __all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS"]
 
@@ -156,9 +164,18 @@ class KernelOptimizer:
 
     # -- public -------------------------------------------------------------------------------------------
     def make_plan(
-        self, function: Callable, data: Sequence[Any] | None = None, *, module: nn.Module | None = None
+        self,
+        function: Callable,
+        data: Sequence[Any] | None = None,
+        *,
+        module: nn.Module | None = None,
+        execution: Execution | str = Execution.EAGER,
+        compile_options: dict[str, Any] | None = None,
     ) -> KernelOptimizationPlan:
-        """Profile `function(*sample)` for each sample of `data` inside `module` and return the best plan."""
+        """Profile `function(*sample)` for each sample of `data` inside `module` and return the best plan for running
+        it as `execution` (`"eager"`, `"cuda_graphs"` or `"compile"`; `compile_options` go to `torch.compile` in the
+        end-to-end check)."""
+        execution = parse_execution(execution)
         if module is None:
             if isinstance(function, nn.Module):
                 module = function
@@ -172,6 +189,9 @@ class KernelOptimizer:
         self.report = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary = None
         self.end_to_end = None
+        self._execution = execution
+        self._compile_options = dict(compile_options or {})
+        self._timing_utils = dataclasses.replace(self.kernel_utils, timing=execution.timing_mode)
         clock = Stopwatch()
 
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
@@ -179,11 +199,11 @@ class KernelOptimizer:
         generator_names = set().union(*generator_support.values()) if generator_support else set()
         if not self.kernel_providers and not self.kernel_generators:
             logger.info("No kernel sources configured: returning an empty plan.")
-            return KernelOptimizationPlan(environment=environment_fingerprint())
+            return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
         supported = provider_names | generator_names
         if not supported:
             logger.info("No supported kernel functions: returning an empty plan.")
-            return KernelOptimizationPlan(environment=environment_fingerprint())
+            return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
 
         progress("profiling %s", type(module).__name__)
         profiler = self.kernel_profiler_factory(function_names=supported)
@@ -193,7 +213,7 @@ class KernelOptimizer:
         if summary.empty:
             logger.info("No torch.nn.functional calls found inside the module: returning an empty plan.")
             self.profile_summary = summary
-            return KernelOptimizationPlan(environment=environment_fingerprint(device))
+            return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
 
         pct = dict(zip(summary["function_name"], summary["time_spent_pct"], strict=True))
         ranked = [n for n in summary["function_name"] if n in profile.functions and profile.functions[n].samples]
@@ -227,7 +247,8 @@ class KernelOptimizer:
         entries = self._select(searches)
         if entries and self.end_to_end_check:
             entries = self._check_end_to_end(function, data, module, entries)
-        plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device))
+        plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device),
+                                      execution=execution)
 
         self.report = pd.DataFrame(self._rows, columns=REPORT_COLUMNS)
         if not self.report.empty:
@@ -249,6 +270,7 @@ class KernelOptimizer:
                 if name not in support[id(generator)]:
                     continue
                 try:
+                    generator.use_execution(self._execution)
                     if not generator.prepare(name, search.unique_samples):
                         self._row(name, str(generator), "generated", "prepare_refused", error="generator declined")
                         continue
@@ -366,18 +388,24 @@ class KernelOptimizer:
             if not search.candidates:
                 continue
             try:
-                progress("%s: benchmarking PyTorch and %d candidate(s)", name, len(search.candidates))
-                first = self.kernel_utils.benchmark(search.reference, search.benchmark_samples)
+                utils = self._timing_utils
+                progress("%s: benchmarking PyTorch and %d candidate(s) (%s time)", name, len(search.candidates),
+                         utils.timing.value)
+                first = utils.benchmark(search.reference, search.benchmark_samples)
                 timed: list[_Candidate] = []
                 for c in search.candidates:
                     try:
-                        c.result = self.kernel_utils.benchmark(c.provider, search.benchmark_samples)
+                        c.result = utils.benchmark(c.provider, search.benchmark_samples)
+                    except NotCapturableError as exc:
+                        logger.warning("%s cannot run under CUDA graphs: %s", c.description, exc)
+                        self._row(name, c.provider.name, c.source, "not_capturable", error=str(exc))
+                        continue
                     except Exception as exc:
                         logger.warning("Benchmark failed for %s: %s", c.description, exc)
                         self._row(name, c.provider.name, c.source, "failed", error=f"benchmark raised {exc}")
                         continue
                     timed.append(c)
-                second = self.kernel_utils.benchmark(search.reference, search.benchmark_samples)
+                second = utils.benchmark(search.reference, search.benchmark_samples)
             except Exception as exc:
                 logger.warning("Baseline benchmark failed for %s: %s", name, exc)
                 for c in search.candidates:
@@ -416,7 +444,8 @@ class KernelOptimizer:
     def _check_end_to_end(
         self, function: Callable, data: Sequence[Any] | None, module: nn.Module, entries: list[PlanEntry]
     ) -> list[PlanEntry]:
-        """Time the whole `function` over `data` with and without the plan; drop what makes the model slower.
+        """Time the whole `function` over `data` with and without the plan, run the way the plan's execution mode
+        runs it (`forge.end_to_end`); drop what makes the model slower.
 
         Per-call timings isolate a kernel (L2 flushed, device idle before each pass), so they miss costs that only
         show inside the model, such as host-side launch overhead that stalls the queue. If the plan is slower than
@@ -424,35 +453,34 @@ class KernelOptimizer:
         if the model is not slower with it.
         """
         samples = normalize_data(data) or [Sample((), {})]
-        no_args = [Sample((), {})]
-
-        def run_all() -> None:
-            for sample in samples:
-                function(*sample.args, **sample.kwargs)
+        execution = self._execution
+        device = next((t.device for s in samples for t in iter_tensors((s.args, s.kwargs))), torch.device("cpu"))
+        target = function if execution is not Execution.COMPILE else module
 
         def measure(selected: list[PlanEntry]) -> BenchmarkResult:
-            if not selected:
-                return self.kernel_utils.benchmark(run_all, no_args)
-            runtime = KernelOptimizationPlan(entries=tuple(selected)).runtime(module)
-
-            def run_with_plan() -> None:
-                with runtime.applied():
-                    run_all()
-
-            return self.kernel_utils.benchmark(run_with_plan, no_args)
+            plan = KernelOptimizationPlan(entries=tuple(selected), execution=execution) if selected else None
+            runner = ModelRunner(module, samples, execution=execution, plan=plan,
+                                 compile_options=self._compile_options, function=target)
+            try:
+                return time_model(runner, execution=execution, device=device, rounds=self.kernel_utils.rounds,
+                                  min_run_time_s=self.kernel_utils.min_run_time_s, warmup=self.kernel_utils.warmup)
+            finally:
+                runner.close()
 
         rows = []
         try:
-            progress("end-to-end check: the model with and without the plan")
+            progress("end-to-end check (%s): the model with and without the plan", execution.value)
             before, with_plan, after = measure([]), measure(entries), measure([])
         except Exception as exc:
             logger.warning("End-to-end check failed (%s); keeping the per-function selection", exc)
             return entries
         eager = min((before, after), key=lambda r: r.median_ms)
-        rows += [("eager", "", eager), ("plan", ", ".join(e.function for e in entries), with_plan)]
+        baseline_label = {Execution.EAGER: "eager", Execution.CUDA_GRAPHS: "CUDA graphs",
+                          Execution.COMPILE: "torch.compile"}[execution]
+        rows += [(baseline_label, "", eager), ("plan", ", ".join(e.function for e in entries), with_plan)]
         kept = list(entries)
         if before.is_faster_than(with_plan, min_gain=0.0) and after.is_faster_than(with_plan, min_gain=0.0):
-            logger.warning("The plan makes the whole model slower (%.4g ms vs %.4g ms eager); pruning it",
+            logger.warning("The plan makes the whole model slower (%.4g ms vs %.4g ms without it); pruning it",
                            with_plan.median_ms, eager.median_ms)
             kept = []
             current = eager
@@ -465,8 +493,9 @@ class KernelOptimizer:
                     kept.append(entry)
                     current = trial
         self.end_to_end = pd.DataFrame(
-            [{"variant": name, "functions": functions, "median_ms": r.median_ms, "q25_ms": r.q25_ms,
-              "q75_ms": r.q75_ms, "speedup_vs_eager": eager.median_ms / r.median_ms} for name, functions, r in rows]
+            [{"variant": name, "execution": execution.value, "functions": functions, "median_ms": r.median_ms,
+              "q25_ms": r.q25_ms, "q75_ms": r.q75_ms, "speedup": eager.median_ms / r.median_ms}
+             for name, functions, r in rows]
         )
         logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         return kept

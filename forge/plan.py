@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from forge.environment import environment_differences, environment_fingerprint
+from forge.execution import Execution, parse_execution
 from forge.provider import KernelProvider
 from forge.samples import Sample, sample_from_json, sample_to_json, signature_of, spec_sample
 
@@ -108,13 +109,19 @@ class PlanEntry:
 
 @dataclass(frozen=True)
 class KernelOptimizationPlan:
-    """The fastest correct provider per function (at most one entry per function)."""
+    """The fastest correct provider per function (at most one entry per function).
+
+    `execution` is how the model was meant to run when the plan was measured (`forge.execution.Execution`): kernels
+    were selected on that mode's clock and the end-to-end check ran the model that way. Apply the plan the same way.
+    """
 
     entries: tuple[PlanEntry, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
+    execution: Execution = Execution.EAGER
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
+        object.__setattr__(self, "execution", parse_execution(self.execution))
         seen: set[str] = set()
         for entry in self.entries:
             if not isinstance(entry, PlanEntry):
@@ -144,6 +151,7 @@ class KernelOptimizationPlan:
             "version": PLAN_VERSION,
             "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "environment": self.environment or environment_fingerprint(),
+            "execution": self.execution.value,
             "entries": [e.to_dict() for e in self.entries],
         }
 
@@ -182,7 +190,11 @@ class KernelOptimizationPlan:
                 logger.warning("%s. Kernels are still guarded by signature; run plan.verify() to re-check them.",
                                message)
         try:
-            return cls(entries=tuple(entries), environment=environment)
+            execution = parse_execution(data.get("execution", Execution.EAGER.value))
+        except ValueError as exc:
+            raise PlanLoadError(f"plan 'execution': {exc}") from exc
+        try:
+            return cls(entries=tuple(entries), environment=environment, execution=execution)
         except (TypeError, ValueError) as exc:
             raise PlanLoadError(str(exc)) from exc
 

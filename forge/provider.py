@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from forge.execution import Execution
 from forge.samples import Sample
 
 __all__ = [
@@ -212,3 +213,7 @@ class KernelGenerator(ABC):
 
     def cancel(self) -> None:  # noqa: B027 - optional hook
         """Abandon all in-flight work (called by the optimizer when the generation timeout passes)."""
+
+    def use_execution(self, execution: Execution) -> None:  # noqa: B027 - optional hook
+        """How the model will run (`forge.execution.Execution`), told before `prepare`/`submit`: a generator that times
+        its candidates should use `execution.timing_mode` so its feedback matches the optimizer's selection."""

@@ -1,5 +1,20 @@
 """`benchmark`: time one pass over a sample distribution, with the defences that keep timings honest.
 
+Two clocks (`forge.execution.TimingMode`), one function for every component (sandbox feedback, optimizer selection,
+evals, end-to-end), so the same call gets the same number whichever component measures it:
+
+- `eager` (host-inclusive): what an eager forward pays, host launch and wrapper costs included (below).
+- `device` (kernel time): on CUDA one pass is captured once in a CUDA graph and replayed; each timed replay runs
+  after an L2 flush whose kernel is still running when the replay is queued, so the host cannot add time (no launch
+  or wrapper cost) nor hide any (every kernel of the pass is in the graph). Fresh input values are copied into the
+  captured input buffers before every replay, outside the timed region. Python code of the timed callable runs only
+  during capture, so host-side tricks (result caches keyed by address or value) do not exist in this mode. A
+  callable that cannot be captured (it synchronises, reads device values on the host, or allocates in a way CUDA
+  graphs refuse) raises `NotCapturableError`: it could not run under CUDA graphs or `torch.compile`'s
+  reduce-overhead either. On CPU there is no separate device and both modes take wall time.
+
+Host-inclusive mode in detail:
+
 A pass calls `fn` once per sample, in order (samples may repeat). Before every pass, warm-up or timed, the
 inputs are cloned afresh when all inputs of a pass together take at most 64 MB (and the previous two passes'
 clones are kept alive, so no pass sees the addresses of the one before: caching by `data_ptr` does not pay off);
@@ -24,9 +39,10 @@ from typing import Any
 import torch
 
 from forge.checking.inputs import as_sample, materialise
+from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample, clone_value, iter_tensors
 
-__all__ = ["BenchmarkResult", "benchmark"]
+__all__ = ["BenchmarkResult", "NotCapturableError", "benchmark"]
 
 _SMALL_INPUT_BYTES = 64 << 20
 _L2_FLUSH_BYTES = 256 << 20
@@ -44,6 +60,7 @@ class BenchmarkResult:
     runs: int
     device: str
     times_ms: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    mode: str = TimingMode.EAGER.value
 
     @property
     def spread(self) -> float:
@@ -79,7 +96,7 @@ class BenchmarkResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "median_ms": self.median_ms, "q25_ms": self.q25_ms, "q75_ms": self.q75_ms, "min_ms": self.min_ms,
-            "runs": self.runs, "device": self.device, "spread": self.spread,
+            "runs": self.runs, "device": self.device, "spread": self.spread, "mode": self.mode,
         }
 
     @classmethod
@@ -92,6 +109,7 @@ class BenchmarkResult:
                 min_ms=float(data["min_ms"]),
                 runs=int(data["runs"]),
                 device=str(data["device"]),
+                mode=parse_timing_mode(data.get("mode", TimingMode.EAGER.value)).value,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid benchmark result {data!r}: {exc}") from exc
@@ -101,6 +119,8 @@ class BenchmarkResult:
             raise TypeError(f"expected a BenchmarkResult, got {type(other).__name__}")
         if self.device != other.device:
             raise ValueError(f"cannot compare timings from different devices ({self.device} vs {other.device})")
+        if self.mode != other.mode:
+            raise ValueError(f"cannot compare {self.mode} timing with {other.mode} timing: time both with one mode")
 
 
 def mann_whitney_p_less(a: Sequence[float], b: Sequence[float]) -> float:
@@ -140,7 +160,7 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def summarize(times_ms: Sequence[float], device: str) -> BenchmarkResult:
+def summarize(times_ms: Sequence[float], device: str, mode: TimingMode | str = TimingMode.EAGER) -> BenchmarkResult:
     """Statistics of per-pass times."""
     if not times_ms:
         raise ValueError("no timings to summarise")
@@ -153,6 +173,7 @@ def summarize(times_ms: Sequence[float], device: str) -> BenchmarkResult:
         runs=len(ordered),
         device=device,
         times_ms=tuple(float(t) for t in times_ms),
+        mode=parse_timing_mode(mode).value,
     )
 
 
@@ -231,6 +252,63 @@ class _CudaTimer:
         return max(stream_ms, all_ms - self.sync_overhead_ms)
 
 
+class NotCapturableError(RuntimeError):
+    """The timed callable cannot be captured in a CUDA graph, so it has no device-mode timing (and could not run
+    under CUDA graphs or `torch.compile(mode="reduce-overhead")` either)."""
+
+
+class _GraphTimer:
+    """Device mode on CUDA: one pass captured in a CUDA graph, replayed after an L2 flush, fresh values copied in."""
+
+    def __init__(self, device: torch.device, flush_l2: bool) -> None:
+        self.device = device
+        # Always flush: the flush kernel is still running when the replay is queued, so the replay's host-side launch
+        # is hidden and the events bracket device work only. Without an L2 flush a sleep kernel plays that role.
+        self.flush = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_l2 else None
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: list[Sample] = []
+
+    def capture(self, fn: Callable[..., Any], inputs: list[Sample]) -> None:
+        self.static = inputs
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # A side stream for capture, as torch.cuda.graph does; warm-up already ran on the current stream.
+            with torch.cuda.graph(graph):
+                _run_pass(fn, inputs)
+        except Exception as exc:
+            torch.cuda.synchronize(self.device)
+            raise NotCapturableError(
+                f"cannot capture {getattr(fn, '__name__', type(fn).__name__)} in a CUDA graph "
+                f"({type(exc).__name__}: {exc}); device-mode timing needs a callable that does not synchronise, read "
+                "device values on the host or change its launches between calls"
+            ) from exc
+        self.graph = graph
+
+    def load(self, inputs: list[Sample]) -> None:
+        """Copy a fresh pass's input values into the captured buffers (outside the timed region)."""
+        for static, fresh in zip(self.static, inputs, strict=True):
+            pairs = zip(iter_tensors((static.args, static.kwargs)), iter_tensors((fresh.args, fresh.kwargs)),
+                        strict=True)
+            for target, source in pairs:
+                if target.data_ptr() != source.data_ptr():
+                    target.copy_(source)
+
+    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample]) -> float:
+        assert self.graph is not None
+        self.load(inputs)
+        if self.flush is not None:
+            self.flush.zero_()
+        else:
+            torch.cuda._sleep(100_000)  # ~50 us: keeps the stream busy while the replay is queued
+        self.start.record()
+        self.graph.replay()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end)
+
+
 def benchmark(
     fn: Callable[..., Any],
     samples: Sequence[Sample],
@@ -239,14 +317,17 @@ def benchmark(
     rounds: int = 30,
     min_run_time_s: float = 0.25,
     flush_l2: bool = True,
+    mode: TimingMode | str = TimingMode.EAGER,
 ) -> BenchmarkResult:
-    """Time passes of `fn` over `samples` (see the module docstring); exceptions from `fn` propagate."""
+    """Time passes of `fn` over `samples` in `mode` (see the module docstring); exceptions from `fn` propagate, and
+    in device mode on CUDA a callable that cannot be captured raises `NotCapturableError`."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if warmup < 0 or rounds < 1 or min_run_time_s < 0:
         raise ValueError(
             f"need warmup >= 0, rounds >= 1 and min_run_time_s >= 0 (got {warmup}, {rounds}, {min_run_time_s})"
         )
+    timing = parse_timing_mode(mode)
     materialised = _materialise(samples)
     if not materialised:
         raise ValueError("benchmark needs at least one sample")
@@ -255,12 +336,25 @@ def benchmark(
     with torch.no_grad():
         if device.type == "cuda":
             with torch.cuda.device(device):
-                timer = _CudaTimer(device, flush_l2)
-                time_pass = timer.time_pass
-                times = _timing_loop(fn, source, time_pass, warmup, rounds, min_run_time_s, device)
+                if timing is TimingMode.DEVICE:
+                    graph_timer = _GraphTimer(device, flush_l2)
+                    _warm_up(fn, source, max(warmup, 1), device)  # compile and autotune before capture
+                    graph_timer.capture(fn, source.next())
+                    times = _timing_loop(fn, source, graph_timer.time_pass, 1, rounds, min_run_time_s, device,
+                                         warm=lambda _fn, inputs: graph_timer.graph.replay())
+                else:
+                    timer = _CudaTimer(device, flush_l2)
+                    times = _timing_loop(fn, source, timer.time_pass, warmup, rounds, min_run_time_s, device)
         else:
             times = _timing_loop(fn, source, _time_cpu_pass, warmup, rounds, min_run_time_s, device)
-    return summarize(times, str(device))
+    return summarize(times, str(device), timing)
+
+
+def _warm_up(fn: Callable[..., Any], source: _InputSource, passes: int, device: torch.device) -> None:
+    for _ in range(passes):
+        _run_pass(fn, source.next())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _time_cpu_pass(fn: Callable[..., Any], inputs: list[Sample]) -> float:
@@ -277,10 +371,11 @@ def _timing_loop(
     rounds: int,
     min_run_time_s: float,
     device: torch.device,
+    warm: Callable[[Callable[..., Any], list[Sample]], Any] = _run_pass,
 ) -> list[float]:
     for _ in range(warmup):
         inputs = source.next()
-        _run_pass(fn, inputs)
+        warm(fn, inputs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times: list[float] = []

@@ -15,6 +15,7 @@ import torch
 from forge.checking.benchmarking import BenchmarkResult, benchmark
 from forge.checking.distribution import benchmark_distribution
 from forge.checking.validation import validate
+from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample
 
 __all__ = ["KernelUtils"]
@@ -22,7 +23,10 @@ __all__ = ["KernelUtils"]
 
 @dataclass(frozen=True)
 class KernelUtils:
-    """Settings for `validate` and `benchmark` (see those functions for what each one means)."""
+    """Settings for `validate` and `benchmark` (see those functions for what each one means).
+
+    `timing` is the clock every benchmark through this object uses (`eager`: host-inclusive, `device`: kernel time
+    from a CUDA-graph replay); `KernelOptimizer.make_plan(execution=...)` sets it from the execution mode."""
 
     fresh_inputs_per_sample: int = 2
     seed: int = 0
@@ -34,6 +38,10 @@ class KernelUtils:
     min_run_time_s: float = 0.25
     flush_l2: bool = True
     max_benchmark_calls: int = 64
+    timing: TimingMode = TimingMode.EAGER
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timing", parse_timing_mode(self.timing))
 
     def validate(
         self, reference_fn: Callable[..., Any], candidate: Callable[..., Any], samples: Sequence[Sample]
@@ -59,6 +67,7 @@ class KernelUtils:
             rounds=self.rounds,
             min_run_time_s=self.min_run_time_s,
             flush_l2=self.flush_l2,
+            mode=self.timing,
         )
 
     def benchmark_distribution(self, counted: Sequence[tuple[int, Sample]]) -> list[Sample]:
