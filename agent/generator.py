@@ -14,6 +14,7 @@ LLM calls and kills every sandbox child within a few seconds.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -32,6 +33,7 @@ from agent.prompting import Failure, KernelTask, ModuleTask, Performance, Prompt
 from agent.provider import GeneratedKernelProvider
 from agent.replies import extract_code, no_code_feedback
 from agent.sandbox import SandboxPool, SandboxResult
+from forge.execution import Execution
 from forge.functional import functional_names
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample, SampleCounter, iter_tensors
@@ -158,6 +160,14 @@ class LLMKernelGenerator(KernelGenerator):
 
     def supports_functions(self) -> list[str]:
         return list(self._functions)
+
+    def use_execution(self, execution: Execution) -> None:
+        """Time sandboxed candidates on the clock the optimizer will select on (`execution.timing_mode`)."""
+        from forge.checking import KernelUtils
+
+        base = self.kernel_utils if self.kernel_utils is not None else KernelUtils()
+        self.kernel_utils = dataclasses.replace(base, timing=execution.timing_mode)
+        self.sandbox.defaults["kernel_utils"] = self.kernel_utils
 
     def prepare(self, function: str, samples: Sequence[Sample]) -> bool:
         if function not in self._functions:
@@ -311,6 +321,8 @@ class LLMKernelGenerator(KernelGenerator):
         return Performance.of({
             "latency_ms": result.latency_ms,
             "baseline_ms": result.baseline_ms,
+            "device_latency_ms": result.details.get("device_latency_ms"),
+            "timing": (result.latency_ms or {}).get("mode", "eager"),
             "launch_overhead_us": self._launch_us[device] or None,
             "roofline": roofline,
             "calls": sum(1 for _ in samples),

@@ -361,9 +361,15 @@ def worst_mismatches(
 class Performance:
     """Measured speed of a correct candidate for one pass over the task's calls (each distinct call once).
 
-    latency_ms: the candidate; baseline_ms: PyTorch eager for the same pass; launch_overhead_us: the measured cost
-    of one empty Triton kernel launch (per call); roofline: `agent.roofline.estimate` for the same calls; calls:
-    how many `kernel_function` calls the pass makes (default: the task's number of signatures).
+    latency_ms: the candidate; baseline_ms: PyTorch eager for the same pass, on the same clock; timing: that clock
+    (`"eager"`: host-inclusive wall time, what an eager forward pays; `"device"`: kernel time from a CUDA-graph
+    replay, what CUDA graphs and compiled models pay); device_latency_ms: the candidate's device time when the main
+    clock is host-inclusive (the sandbox measures both on CUDA); launch_overhead_us: the measured host cost of one
+    empty Triton kernel launch (per call); roofline: `agent.roofline.estimate` for the same calls; calls: how many
+    `kernel_function` calls the pass makes (default: the task's number of signatures).
+
+    Comparisons are like with like: device time against the device roofline, host-inclusive time against the host
+    launch cost (only in eager timing: under CUDA graphs there is no per-call launch cost to compare with).
     """
 
     latency_ms: float
@@ -371,9 +377,13 @@ class Performance:
     launch_overhead_us: float | None = None
     roofline: RooflineEstimate | None = None
     calls: int | None = None
+    timing: str = "eager"
+    device_latency_ms: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("latency_ms", "baseline_ms", "launch_overhead_us"):
+        if self.timing not in ("eager", "device"):
+            raise ValueError(f"Performance.timing must be 'eager' or 'device', got {self.timing!r}")
+        for name in ("latency_ms", "baseline_ms", "launch_overhead_us", "device_latency_ms"):
             value = getattr(self, name)
             if value is None and name != "latency_ms":
                 continue
@@ -402,6 +412,8 @@ class Performance:
             launch_overhead_us=_float_or_none(_get(value, "launch_overhead_us")),
             roofline=_get(value, "roofline"),
             calls=_get(value, "calls"),
+            timing=str(_get(value, "timing") or _get(_get(value, "latency_ms"), "mode") or "eager"),
+            device_latency_ms=_milliseconds(_get(value, "device_latency_ms")),
         )
 
     @property
@@ -409,13 +421,19 @@ class Performance:
         return self.baseline_ms / self.latency_ms if self.baseline_ms else None
 
     @property
+    def kernel_ms(self) -> float:
+        """The candidate's device time: the device-clock measurement when there is one, else the single clock (on
+        CPU both clocks are wall time)."""
+        return self.device_latency_ms if self.device_latency_ms is not None else self.latency_ms
+
+    @property
     def roofline_fraction(self) -> float | None:
-        """Roofline floor / latency: 1.0 means at the hardware limit."""
-        return self.roofline.floor_ms / self.latency_ms if self.roofline is not None else None
+        """Roofline floor / device time: 1.0 means at the hardware limit."""
+        return self.roofline.floor_ms / self.kernel_ms if self.roofline is not None else None
 
     def launch_ratio(self, calls: int) -> float | None:
-        """Latency per call divided by the cost of one empty launch."""
-        if not self.launch_overhead_us:
+        """Host-inclusive latency per call divided by the host cost of one empty launch (eager timing only)."""
+        if not self.launch_overhead_us or self.timing != "eager":
             return None
         return self.latency_ms * 1e3 / max(calls, 1) / self.launch_overhead_us
 
@@ -424,7 +442,8 @@ class Performance:
         notes: list[str] = []
         ratio = self.launch_ratio(calls)
         fraction = self.roofline_fraction
-        launch_floor_ms = self.launch_overhead_us * max(calls, 1) / 1e3 if self.launch_overhead_us else None
+        launch_floor_ms = (self.launch_overhead_us * max(calls, 1) / 1e3
+                           if self.launch_overhead_us and self.timing == "eager" else None)
         if ratio is not None and ratio < LAUNCH_BOUND_RATIO:
             notes.append(
                 f"latency is {ratio:.1f}x the cost of launching an empty kernel: host-side Python overhead and launch "
@@ -489,8 +508,14 @@ class Performance:
             "latency_ms": f"{self.latency_ms:.4g}",
             "baseline": format_time_ms(self.baseline_ms) if self.baseline_ms else None,
             "speedup": f"{self.speedup:.2f}x" if self.speedup is not None else None,
-            "launch_overhead": f"{self.launch_overhead_us:.3g} us" if self.launch_overhead_us else None,
-            "launch_floor": format_time_ms(self.launch_overhead_us * calls / 1e3) if self.launch_overhead_us else None,
+            "clock": ("device time (CUDA-graph replay)" if self.timing == "device"
+                      else "host-inclusive (what an eager forward pays)"),
+            "device_latency": (format_time_ms(self.device_latency_ms) if self.device_latency_ms is not None
+                               and self.timing == "eager" else None),
+            "launch_overhead": (f"{self.launch_overhead_us:.3g} us"
+                                if self.launch_overhead_us and self.timing == "eager" else None),
+            "launch_floor": (format_time_ms(self.launch_overhead_us * calls / 1e3)
+                             if self.launch_overhead_us and self.timing == "eager" else None),
             "launch_ratio": f"{ratio:.1f}x" if ratio is not None else None,
             "roofline_floor": format_time_ms(roofline.floor_ms) if roofline is not None else None,
             "roofline_percent": _percent(self.roofline_fraction) if roofline is not None else None,

@@ -10,6 +10,7 @@ by the parent, which also owns the wall-clock limit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import time
@@ -37,7 +38,8 @@ def _short(text: str, limit: int = _MESSAGE_CHARS) -> str:
 
 
 def apply_limits(job: dict[str, Any]) -> None:
-    """CPU seconds, file size and open files from the job; no core dumps. Never RLIMIT_AS (it breaks CUDA)."""
+    """CPU seconds, file size, open files, memory (RLIMIT_DATA) and tasks (RLIMIT_NPROC) from the job; no core dumps.
+    Never RLIMIT_AS (it breaks CUDA)."""
     import resource
 
     def cap(kind: int, soft: int, hard: int) -> None:
@@ -56,6 +58,12 @@ def apply_limits(job: dict[str, Any]) -> None:
     if job.get("open_files_limit"):
         files = int(job["open_files_limit"])
         cap(resource.RLIMIT_NOFILE, files, files)
+    if job.get("memory_limit_bytes"):  # RLIMIT_DATA: heap and private writable mappings (CUDA's reservations are not)
+        memory = int(job["memory_limit_bytes"])
+        cap(resource.RLIMIT_DATA, memory, memory)
+    if job.get("process_limit"):  # per user namespace inside the boundary; root outside one is exempt
+        tasks = int(job["process_limit"])
+        cap(resource.RLIMIT_NPROC, tasks, tasks)
 
 
 def _exception_details(exc: BaseException, tb_text: str | None = None) -> dict[str, Any]:
@@ -112,6 +120,8 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
 
     from agent.languages import get_language
     from forge.checking import KernelUtils
+    from forge.checking.benchmarking import NotCapturableError
+    from forge.execution import TimingMode
     from forge.functional import original_function
     from forge.samples import Sample, clone_value
 
@@ -125,6 +135,10 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
     inputs = torch.load(folder / INPUTS_FILE, weights_only=False)
     utils = inputs.get("kernel_utils") or KernelUtils()
     validate, benchmark = utils.validate, utils.benchmark  # bound before any candidate code runs
+    # Eager (host-inclusive) feedback also gets the kernel's device time, so the prompt can compare device time with
+    # the device roofline and host time with the host launch cost (like with like).
+    device_benchmark = (dataclasses.replace(utils, timing=TimingMode.DEVICE).benchmark
+                        if utils.timing is TimingMode.EAGER and device.startswith("cuda") else None)
     samples = [Sample(clone_value(tuple(a), device=device), clone_value(dict(k), device=device))
                for a, k in inputs["samples"]]
     counts = inputs.get("counts")
@@ -181,11 +195,23 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
         timed = _Recorder(entry)
         try:
             latency = benchmark(timed, pass_samples)
+        except NotCapturableError as exc:
+            verdict = {"status": "runtime_error",
+                       "message": f"not capturable in a CUDA graph (the model runs under CUDA graphs or compile): "
+                                  f"{_short(str(exc.__cause__ or exc))}",
+                       "details": {"phase": "benchmark", "not_capturable": True, "exception": _exception_details(exc),
+                                   "phase_s": phase_s}}
+            return verdict
         except BaseException as exc:  # noqa: BLE001
             verdict = _failure(language, timed.exception or exc, timed.traceback or None, "benchmark")
             verdict["details"]["phase_s"] = phase_s
             return verdict
         verdict["latency_ms"] = latency.to_dict()
+        if device_benchmark is not None:
+            try:
+                verdict["details"]["device_latency_ms"] = device_benchmark(timed, pass_samples).to_dict()
+            except Exception as exc:  # noqa: BLE001 - device time is extra feedback; the verdict stands without it
+                verdict["details"]["device_latency_error"] = _short(f"{type(exc).__name__}: {exc}")
         try:
             verdict["baseline_ms"] = benchmark(reference, pass_samples).to_dict()
         except Exception as exc:  # noqa: BLE001 - not the candidate's fault: report, keep the verdict

@@ -493,3 +493,29 @@ def test_signature_text_has_no_version_dependent_annotations() -> None:
     for name in ("softmax", "rms_norm", "layer_norm", "silu", "gelu", "cross_entropy"):
         text = signature_text(name)
         assert ": " not in text, text  # no annotations (hand-written builtin signatures are fixed text)
+
+
+def test_optimize_prompt_compares_like_with_like(renderer):
+    """Device time goes against the device roofline, host time against the host launch cost; under device timing
+    there is no launch row at all (the issue: a kernel at 53% of the roofline was told host overhead dominates)."""
+    big = Sample((TensorSpec((2048, 4096), torch.bfloat16),), {})
+    task = KernelTask("silu", [big], "NVIDIA H200", (9, 0))
+    roofline = estimate("silu", task.sample_list, task.device_name)
+    code = "def kernel_function(input, inplace=False):\n    pass\n"
+    # Eager clock: host-inclusive 40 us, of which the device time is the roofline floor / 0.53.
+    eager = Performance(latency_ms=0.040, baseline_ms=0.045, launch_overhead_us=21.0, roofline=roofline,
+                        device_latency_ms=roofline.floor_ms / 0.53, timing="eager")
+    text = renderer.optimize(task, code, eager)
+    assert "clock: host-inclusive" in text
+    assert f"| your kernel, device time only | {format_time_ms(roofline.floor_ms / 0.53)} |" in text
+    assert "runs at 53% of the floor" in text  # the roofline fraction uses device time, not host time
+    assert "21 us per call" in text  # host latency vs host launch cost
+    # Device clock: same kernel under CUDA graphs; the launch cost is not compared with device time.
+    device = Performance(latency_ms=roofline.floor_ms / 0.53, baseline_ms=roofline.floor_ms / 0.4,
+                         launch_overhead_us=21.0, roofline=roofline, timing="device")
+    text = renderer.optimize(task, code, device)
+    assert "clock: device time (CUDA-graph replay)" in text
+    assert "empty kernel launch" not in text and "host-side Python overhead" not in text
+    assert "runs at 53% of the floor" in text
+    with pytest.raises(ValueError, match="timing must be 'eager' or 'device'"):
+        Performance(latency_ms=1.0, timing="wall")
