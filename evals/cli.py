@@ -100,6 +100,10 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--problems", type=_problem_ids, metavar="ID,ID", help="evaluate only these problem ids")
     parser.add_argument("--quick", action="store_true",
                         help="few benchmark passes (same correctness checks); for smoke runs and CI")
+    parser.add_argument("--timing", choices=("eager", "device"), default="eager",
+                        help="eager: host-inclusive time (what an eager forward pays); device: kernel time from a "
+                        "CUDA-graph replay (what CUDA graphs / compiled models pay); the same clock as "
+                        "`kforge optimize --execution`")
     parser.add_argument("--timeout", type=_seconds, metavar="S",
                         help="per-sample limit in seconds; a sample over it is recorded as a timeout")
     parser.add_argument("--generation-timeout", type=_seconds, metavar="S",
@@ -242,6 +246,7 @@ def _clip(text: str, width: int = 70) -> str:
 def run_eval_command(args: argparse.Namespace) -> int:
     """Body of `kforge eval`: run, then print the per-problem table, the summary and the report's paths."""
     from evals.runner import run_eval
+    from forge.checking import KernelUtils
 
     try:
         source = build_source(args)
@@ -250,7 +255,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
             args.suite, source, out_dir=out, samples_per_problem=args.samples, workers=args.workers,
             resume=args.resume, shard=args.shard, device=None if args.device == "auto" else args.device,
             backend=args.backend, quick=args.quick, timeout_s=args.timeout, problem_ids=args.problems,
-            plots=not args.no_plots, ray_address=args.ray_address,
+            plots=not args.no_plots, ray_address=args.ray_address, kernel_utils=KernelUtils(timing=args.timing),
         )
     except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, ImportError, RuntimeError) as exc:
         print(f"kforge eval: {exc}", file=sys.stderr)

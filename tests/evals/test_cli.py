@@ -105,3 +105,14 @@ def test_summary_table_shows_the_headline_metrics() -> None:
     assert table["correct rate"] == "50.0%" and table["fast_1 vs eager"] == "25.0%"
     assert table["geomean speedup vs eager"] == "1.500x" and table["geomean speedup vs compile"] == "-"
     assert table["pass@2"] == "60.0%" and table["failures"] == "crash: 1, incorrect: 1"
+
+
+def test_cli_timing_mode_is_the_clock_of_the_run(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert main(["eval", "smoke", "--source", "compile", "--device", "cpu", "--quick", "--workers", "0",
+                 "--problems", "smoke.relu", "--timing", "device", "--no-plots", "--out", str(out)]) == 0
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["kernel_utils"]["timing"] == "device"
+    with pytest.raises(SystemExit):
+        main(["eval", "smoke", "--source", "compile", "--timing", "wall", "--out", str(tmp_path / "x")])
+    assert "invalid choice: 'wall'" in capsys.readouterr().err
