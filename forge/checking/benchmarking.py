@@ -273,12 +273,12 @@ class _GraphTimer:
     def capture(self, fn: Callable[..., Any], inputs: list[Sample]) -> None:
         self.static = inputs
         graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.current_stream(self.device)
         try:
-            # A side stream for capture, as torch.cuda.graph does; warm-up already ran on the current stream.
             with torch.cuda.graph(graph):
                 _run_pass(fn, inputs)
         except Exception as exc:
-            torch.cuda.synchronize(self.device)
+            _recover_from_failed_capture(stream)
             raise NotCapturableError(
                 f"cannot capture {getattr(fn, '__name__', type(fn).__name__)} in a CUDA graph "
                 f"({type(exc).__name__}: {exc}); device-mode timing needs a callable that does not synchronise, read "
@@ -307,6 +307,25 @@ class _GraphTimer:
         self.end.record()
         self.end.synchronize()
         return self.start.elapsed_time(self.end)
+
+
+def _recover_from_failed_capture(stream: torch.cuda.Stream) -> None:
+    """Leave the process usable after a capture that failed inside `torch.cuda.graph`.
+
+    When the captured code invalidates the capture (a host synchronisation, say), `capture_end` raises before it
+    restores the current stream and before the CUDA generator leaves capture mode: every later random op would then
+    fail with "Offset increment outside graph capture". An empty capture completes the generator's cycle."""
+    torch.cuda.set_stream(stream)
+    try:
+        torch.cuda.synchronize(stream.device)
+    except RuntimeError:  # the failed capture's error surfaces here on some versions
+        pass
+    empty = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(empty):
+            pass
+    finally:
+        torch.cuda.set_stream(stream)
 
 
 def benchmark(

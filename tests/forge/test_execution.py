@@ -166,5 +166,10 @@ def test_device_mode_replays_a_cuda_graph_and_refuses_uncapturable_callables() -
     def syncs(t):
         return t * float(t.sum())  # reads a device value on the host: not capturable
 
+    stream = torch.cuda.current_stream()
     with pytest.raises(NotCapturableError):
         benchmark(syncs, [Sample((x,), {})], mode="device", rounds=5)
+    # The process stays usable: same current stream, random ops work, a capturable callable still times.
+    assert torch.cuda.current_stream() == stream
+    assert torch.randn(4, device="cuda").shape == (4,)
+    assert benchmark(F.silu, [Sample((x,), {})], mode="device", rounds=3).runs >= 3
