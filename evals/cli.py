@@ -4,6 +4,7 @@
     kforge eval builtin --source sdpa-flash --out runs/sdpa
     kforge eval smoke --source llm --model gpt-x --record runs/smoke.jsonl
     kforge eval smoke --source llm --replay tests/evals/cassettes/smoke.jsonl      (no network)
+    kforge eval builtin --source provider:flaggems          (any KernelProvider: a kernel library, or module:factory)
     kforge eval path/to/KernelBench/level1 --source llm --problems level1/19_ReLU --workers 4
 
 `forge.cli` adds this subcommand through `add_eval_parser` when the `evals` package is importable.
@@ -55,6 +56,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _source(text: str) -> str:
+    """An argparse type: one of `_SOURCES`, or `provider:<library>` / `provider:<module>:<factory>`."""
+    key = text.strip()
+    if key.lower() in _SOURCES:
+        return key.lower()
+    if key.lower().startswith("provider:"):
+        from evals.sources.provider import parse_provider_spec
+
+        try:
+            parse_provider_spec(key)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return key
+    raise argparse.ArgumentTypeError(f"unknown source {text!r}; choose one of {', '.join(_SOURCES)}, "
+                                     "provider:<library> or provider:<module>:<factory>")
+
+
 def _shard(text: str) -> str:
     from evals.results import parse_shard
 
@@ -79,8 +97,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", metavar="SUITE",
                         help="builtin, smoke, a JSON suite file, or a folder of KernelBench problem files")
-    parser.add_argument("--source", choices=_SOURCES, default="llm",
-                        help="the kernel source to evaluate (default llm)")
+    parser.add_argument("--source", type=_source, default="llm", metavar="SOURCE",
+                        help=f"the kernel source to evaluate: {', '.join(_SOURCES)}, provider:<library> (e.g. "
+                        "provider:flaggems) or provider:<module>:<factory> (default llm)")
     parser.add_argument("--model", help="LLM model name (default $KFORGE_LLM_MODEL; with --replay, the cassette's)")
     parser.add_argument("--samples", type=_positive_int, default=1, metavar="K",
                         help="independent samples per problem, for pass@k (default 1)")
@@ -125,8 +144,10 @@ def _suite_label(suite: str) -> str:
 
 
 def default_out_dir(suite: str, source: str) -> Path:
-    """`runs/eval/<suite>-<source>`: stable, so `--resume` finds the run again."""
-    return Path("runs") / "eval" / f"{_suite_label(suite)}-{source}"
+    """`runs/eval/<suite>-<source>`: stable, so `--resume` finds the run again (`:` and `/` of a provider spec
+    become `-`)."""
+    label = source.replace(":", "-").replace("/", "-")
+    return Path("runs") / "eval" / f"{_suite_label(suite)}-{label}"
 
 
 def _cassette_model(path: Path) -> str | None:

@@ -1,5 +1,6 @@
-"""Kernel sources for evals behind one interface (`EvalSource`): `torch.compile`, pinned SDPA backends and the LLM
-kernel generator, all judged by the same oracle and timed against the same baselines (`evaluation`).
+"""Kernel sources for evals behind one interface (`EvalSource`): `torch.compile`, pinned SDPA backends, any
+`KernelProvider` (`provider:<library>` or `provider:<module>:<factory>`) and the LLM kernel generator, all judged
+by the same oracle and timed against the same baselines (`evaluation`).
 
     from evals.sources import source_from_name
     record = source_from_name("compile").evaluate(problem, 0, "cpu")
@@ -21,6 +22,7 @@ from evals.sources.evaluation import (
 )
 from evals.sources.isolated import IsolatedOutcome, run_isolated
 from evals.sources.llm import LLMSource
+from evals.sources.provider import PROVIDER_PREFIX, ProviderSource
 from evals.sources.static import SDPA_BACKENDS, CompileSource, SDPASource
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "EvalSource",
     "IsolatedOutcome",
     "LLMSource",
+    "PROVIDER_PREFIX",
+    "ProviderSource",
     "SDPASource",
     "check_module_candidate",
     "evaluate_problem",
@@ -49,9 +53,11 @@ SOURCE_NAMES: tuple[str, ...] = ("llm", "compile", "sdpa", *(f"sdpa-{b}" for b i
 
 
 def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -> EvalSource:
-    """`"compile"`, `"sdpa"`, `"sdpa-<backend>"` or `"llm"` -> the source. `llm_config` / `llm_options` are passed
-    to `LLMSource` (ignored by the others)."""
+    """`"compile"`, `"sdpa"`, `"sdpa-<backend>"`, `"provider:<spec>"` or `"llm"` -> the source. `llm_config` /
+    `llm_options` are passed to `LLMSource` (ignored by the others)."""
     key = str(name).strip().lower()
+    if key.startswith(PROVIDER_PREFIX):
+        return ProviderSource(str(name))
     if key == "compile":
         return CompileSource()
     if key == "sdpa":
@@ -60,4 +66,5 @@ def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -
         return SDPASource(key.removeprefix("sdpa-"))
     if key == "llm":
         return LLMSource(llm_config, **llm_options)
-    raise ValueError(f"unknown eval source {name!r}; choose one of: {', '.join(SOURCE_NAMES)}")
+    raise ValueError(f"unknown eval source {name!r}; choose one of: {', '.join(SOURCE_NAMES)}, "
+                     f"{PROVIDER_PREFIX}<library> or {PROVIDER_PREFIX}<module>:<factory>")

@@ -2,6 +2,14 @@
 
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.defaults import default_providers
+from forge.providers.libraries import LibraryKernelProvider, LibraryUnavailable, library_providers
 from forge.providers.torch_sdpa import TorchSDPAProvider
 
-__all__ = ["CompiledFunctionProvider", "TorchSDPAProvider", "default_providers"]
+__all__ = [
+    "CompiledFunctionProvider",
+    "LibraryKernelProvider",
+    "LibraryUnavailable",
+    "TorchSDPAProvider",
+    "default_providers",
+    "library_providers",
+]

@@ -25,9 +25,15 @@ COMPILED_FUNCTIONS = (
 
 
 def default_providers(device: str | torch.device = "cpu") -> list[KernelProvider]:
-    """SDPA backends (on CUDA) and per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS`."""
+    """SDPA backends (on CUDA), per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS` and, on
+    CUDA, the measured-to-win functions of every installed kernel library (`forge.providers.libraries`)."""
+    from forge.providers.libraries import installed_library_providers
+
     providers: list[KernelProvider] = []
-    if torch.device(device).type == "cuda":
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
         providers += [TorchSDPAProvider(b) for b in ("cudnn", "flash", "efficient")]
     providers += [CompiledFunctionProvider(name) for name in COMPILED_FUNCTIONS]
+    if cuda:
+        providers += installed_library_providers(device)
     return providers
