@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from agent.provider import GeneratedKernelProvider
+from forge.atomic import write_json_atomic
 
 __all__ = ["KernelCache", "cache_key"]
 
@@ -69,7 +70,4 @@ class KernelCache:
     def put(self, key: str, provider: GeneratedKernelProvider, info: dict[str, Any] | None = None) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(key)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"provider": provider.to_dict(), "info": info or {}}, indent=1))
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(path, {"provider": provider.to_dict(), "info": info or {}}, indent=1)

@@ -5,17 +5,27 @@ a truncated last line, which `load()` skips with a warning and the next `append`
 `--resume`, `pending()` lists the (problem, sample) pairs that have no record yet. `shard(problems, i, n)` splits
 a suite for batch schedulers (`--shard i/N`, `i` counted from 0) by sorted problem id, so every shard process
 agrees on the split whatever order it loaded the problems in.
+
+`OutputFolderLock(folder)` makes a run the only writer of its output folder: two `kforge eval --resume` on one
+`--out` both saw the same pending problems and appended duplicate records (5 in the run that showed it). It takes
+an exclusive, non-blocking `fcntl.flock` on `<folder>/.kforge-eval.lock` and writes its pid there; a second run
+fails at once with `OutputFolderBusyError` naming the folder and that pid. The kernel drops the lock when the
+holder exits, however it exits, so a killed run never leaves a stale lock (the file itself stays, harmlessly).
+flock is advisory and local: runs on different hosts sharing a network folder are not kept apart.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import logging
 import math
 import os
+import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any, TypeVar
 
 import pandas as pd
@@ -23,7 +33,11 @@ import pandas as pd
 from .metrics import normalize_records
 from .problems.base import Problem
 
-__all__ = ["ResultsStore", "parse_shard", "record_key", "shard"]
+__all__ = [
+    "LOCK_FILE", "OutputFolderBusyError", "OutputFolderLock", "ResultsStore", "parse_shard", "record_key", "shard",
+]
+
+LOCK_FILE = ".kforge-eval.lock"
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +160,91 @@ class ResultsStore:
                 fh.write(line)
                 fh.flush()
                 os.fsync(fh.fileno())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One writer per output folder
+# ---------------------------------------------------------------------------------------------------------
+class OutputFolderBusyError(RuntimeError):
+    """Another run holds the output folder's lock. `holder` is what it wrote in the lock file (pid, host, start)."""
+
+    def __init__(self, folder: Path, holder: Mapping[str, Any]) -> None:
+        self.folder = folder
+        self.holder = dict(holder)
+        pid = holder.get("pid", "unknown")
+        where = f" on {holder['host']}" if holder.get("host") and holder.get("host") != socket.gethostname() else ""
+        since = f", started {holder['started_at']}" if holder.get("started_at") else ""
+        super().__init__(f"output folder {folder} is in use by another kforge eval run (pid {pid}{where}{since}); "
+                         "wait for it to finish or stop it, or pass another --out")
+
+
+class OutputFolderLock:
+    """Exclusive lock on an eval output folder, held while a run writes it (see the module docstring).
+
+        with OutputFolderLock(out):      # OutputFolderBusyError at once if another run holds it
+            ...
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> OutputFolderLock:
+        """Take the lock (creating the folder), or raise `OutputFolderBusyError` without waiting."""
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path} is already held by this lock object")
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: run unlocked rather than not at all
+            logger.warning("no fcntl on this platform: %s is not locked against a second run", self.folder)
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise OutputFolderBusyError(self.folder, holder) from None
+        stamp = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "started_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(stamp) + "\n").encode("utf-8"), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (also dropped by the kernel when the process exits)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> OutputFolderLock:
+        return self.acquire()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    """What the holding run wrote in the lock file; {} while it has not written yet (or wrote nonsense)."""
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 
 Records go to `<out_dir>/results.jsonl` (`evals.ResultsStore`) the moment a worker returns them, so an interrupted
 run continues with `resume=True`: (problem, sample) pairs that already have a record are skipped. The run's
-settings are kept in `<out_dir>/run.json`; resuming with another source is refused. At the end the report
+settings are kept in `<out_dir>/run.json`; resuming with another source is refused, and a second run on a folder
+that a run is using fails at once (`evals.results.OutputFolderLock`). At the end the report
 (`summary.json`, `report.md`, PNG plots) is written to `out_dir` over the selected problems, with every selected
 problem counted, so problems without a record count as failures.
 
@@ -32,7 +33,7 @@ from evals.metrics import failure_category
 from evals.problems import Problem, load_suite
 from evals.progress import ProgressBar
 from evals.report import write_report
-from evals.results import ResultsStore, parse_shard
+from evals.results import OutputFolderLock, ResultsStore, parse_shard
 from evals.results import shard as shard_problems
 from evals.sources import EvalSource, source_from_name
 from evals.workers import group_work, plan_workers, run_in_process, run_workers
@@ -190,49 +191,51 @@ def run_eval(
     plans = plan_workers(target, workers) if backend == "local" and workers != 0 else []
 
     out = Path(out_dir)
-    store = ResultsStore(out / RESULTS_FILE)
-    settings = _run_settings(selected, eval_source, samples_per_problem, target, backend, shard, utils)
-    _prepare_out_dir(out, store, settings, resume)
-    pending = store.pending(selected, samples_per_problem)
-    items = group_work(pending)
-    skipped = len(selected) * samples_per_problem - len(pending)
-    if skipped:
-        logger.info("resuming: %d sample(s) already recorded, %d to go", skipped, len(pending))
+    with OutputFolderLock(out):  # one run per folder: a second --resume would duplicate records
+        store = ResultsStore(out / RESULTS_FILE)
+        settings = _run_settings(selected, eval_source, samples_per_problem, target, backend, shard, utils)
+        _prepare_out_dir(out, store, settings, resume)
+        pending = store.pending(selected, samples_per_problem)
+        items = group_work(pending)
+        skipped = len(selected) * samples_per_problem - len(pending)
+        if skipped:
+            logger.info("resuming: %d sample(s) already recorded, %d to go", skipped, len(pending))
 
-    bar = ProgressBar(len(pending), label=f"eval {eval_source.name}") if progress else None
+        bar = ProgressBar(len(pending), label=f"eval {eval_source.name}") if progress else None
 
-    def on_record(record: dict[str, Any]) -> None:
-        store.append(record)
-        if bar is not None:
-            bar.update(_status(record))
+        def on_record(record: dict[str, Any]) -> None:
+            store.append(record)
+            if bar is not None:
+                bar.update(_status(record))
 
-    eval_source.start_run(out, resume=resume)
-    try:
-        if backend == "ray":
-            from evals.ray_backend import run_ray
+        eval_source.start_run(out, resume=resume)
+        try:
+            if backend == "ray":
+                from evals.ray_backend import run_ray
 
-            run_ray(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out,
-                    address=ray_address)
-        elif workers == 0:
-            run_in_process(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out)
-        else:
-            run_workers(items, eval_source, plans=plans, kernel_utils=utils, on_record=on_record,
-                        timeout_s=timeout_s, run_dir=out)
-    finally:
-        if bar is not None:
-            bar.close()
-        eval_source.finish_run(out, resume=resume)
+                run_ray(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out,
+                        address=ray_address)
+            elif workers == 0:
+                run_in_process(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out)
+            else:
+                run_workers(items, eval_source, plans=plans, kernel_utils=utils, on_record=on_record,
+                            timeout_s=timeout_s, run_dir=out)
+        finally:
+            if bar is not None:
+                bar.close()
+            eval_source.finish_run(out, resume=resume)
 
-    frame = store.frame()
-    wanted = {(p.suite, p.id) for p in selected}
-    if not frame.empty:
-        keep = [(s, p) in wanted and i < samples_per_problem
-                for s, p, i in zip(frame["suite"], frame["problem_id"], frame["sample_index"], strict=True)]
-        frame = frame[keep].sort_values(["suite", "problem_id", "sample_index"], kind="stable").reset_index(drop=True)
-    suite_totals = Counter(p.suite for p in selected)
-    files = write_report(frame, out, title or f"kernel-forge eval: {eval_source.name} on "
-                         f"{', '.join(sorted(suite_totals))}", total=len(selected), suite_totals=dict(suite_totals),
-                         plots=plots)
-    frame.attrs["report_files"] = {name: str(path) for name, path in files.items()}
-    frame.attrs["summary"] = json.loads(Path(files["summary"]).read_text(encoding="utf-8"))
-    return frame
+        frame = store.frame()
+        wanted = {(p.suite, p.id) for p in selected}
+        if not frame.empty:
+            keep = [(s, p) in wanted and i < samples_per_problem
+                    for s, p, i in zip(frame["suite"], frame["problem_id"], frame["sample_index"], strict=True)]
+            frame = frame[keep].sort_values(["suite", "problem_id", "sample_index"], kind="stable")
+            frame = frame.reset_index(drop=True)
+        suite_totals = Counter(p.suite for p in selected)
+        files = write_report(frame, out, title or f"kernel-forge eval: {eval_source.name} on "
+                             f"{', '.join(sorted(suite_totals))}", total=len(selected), suite_totals=dict(suite_totals),
+                             plots=plots)
+        frame.attrs["report_files"] = {name: str(path) for name, path in files.items()}
+        frame.attrs["summary"] = json.loads(Path(files["summary"]).read_text(encoding="utf-8"))
+        return frame

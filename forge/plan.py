@@ -199,13 +199,11 @@ class KernelOptimizationPlan:
             raise PlanLoadError(str(exc)) from exc
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the plan as JSON (atomically: a crash never leaves half a file)."""
-        path = Path(path)
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, path)
-        return path
+        """Write the plan as JSON atomically (`forge.atomic`: unique temporary, fsync, rename; a crash or a
+        concurrent save never leaves half a file). The folder must exist; errors name the path."""
+        from forge.atomic import write_json_atomic
+
+        return write_json_atomic(Path(path), self.to_dict(), indent=2, allow_nan=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, strict_environment: bool = False) -> KernelOptimizationPlan:

@@ -4,9 +4,16 @@ cost budget, and a JSONL cassette for record/replay."""
 from agent.llm.cassette import Cassette, CassetteEntry, canonical_request, last_user_text, request_key
 from agent.llm.client import LLMClient, LLMReply
 from agent.llm.config import CASSETTE_MODES, LLMConfig
-from agent.llm.errors import LLM_ERROR_KINDS, RETRYABLE_KINDS, LLMError
+from agent.llm.errors import (
+    LLM_ERROR_KINDS,
+    RETRYABLE_KINDS,
+    LLMEmptyReplyError,
+    LLMError,
+    LLMMalformedReplyError,
+    LLMReplyError,
+)
 from agent.llm.retry import classify_exception, parse_retry_after
-from agent.llm.usage import TokenUsage, UsageMeter, UsageRecord, estimate_cost_usd
+from agent.llm.usage import TokenUsage, UsageMeter, UsageRecord, estimate_cost_usd, estimate_usage
 
 __all__ = [
     "CASSETTE_MODES",
@@ -16,14 +23,18 @@ __all__ = [
     "CassetteEntry",
     "LLMClient",
     "LLMConfig",
+    "LLMEmptyReplyError",
     "LLMError",
+    "LLMMalformedReplyError",
     "LLMReply",
+    "LLMReplyError",
     "TokenUsage",
     "UsageMeter",
     "UsageRecord",
     "canonical_request",
     "classify_exception",
     "estimate_cost_usd",
+    "estimate_usage",
     "last_user_text",
     "parse_retry_after",
     "request_key",

@@ -3,6 +3,14 @@
 `complete(messages, tag=...)` returns an `LLMReply` or raises `LLMError`. The SDK's own retries are off
 (`max_retries=0`) and tenacity owns the policy (see `agent.llm.retry`), so attempts do not multiply.
 
+Each request has a total deadline, `request_timeout_s` (KFORGE_LLM_TIMEOUT): the reply is read as a stream and the
+caller gets `LLMError(kind="timeout")` once the deadline passes, however slowly the server trickles bytes (httpx's
+timeouts are per read; a server sending one byte a second never trips them). The body is parsed here rather than by
+the SDK, so a 200 reply that is not JSON or has no choices becomes `LLMMalformedReplyError` /
+`LLMEmptyReplyError` (retried like a 5xx), metered first with the tokens it reported or an estimate. A reply
+without `usage` is metered with an estimate from its text (`agent.llm.usage.estimate_usage`), flagged
+`usage_estimated`, so a cost budget still stops the run.
+
 A reply that stopped on the token limit (`finish_reason == "length"`) is returned, not raised: `reply.truncated`
 is True and the caller decides (retry with a larger `max_completion_tokens`, ask for a shorter answer, or call
 `reply.require_complete()` to turn it into `LLMError(kind="truncated")`). Truncated text must never be treated as
@@ -17,7 +25,9 @@ without counting as a cancellation.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,9 +39,9 @@ import tenacity
 
 from agent.llm.cassette import Cassette, canonical_request
 from agent.llm.config import LLMConfig
-from agent.llm.errors import LLMError
+from agent.llm.errors import LLMEmptyReplyError, LLMError, LLMMalformedReplyError, LLMReplyError
 from agent.llm.retry import RetryWait, is_retryable, to_llm_error
-from agent.llm.usage import TokenUsage, UsageMeter
+from agent.llm.usage import TokenUsage, UsageMeter, estimate_tokens, estimate_usage, usage_is_reported
 
 __all__ = ["LLMClient", "LLMReply"]
 
@@ -43,7 +53,8 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 @dataclass(frozen=True)
 class LLMReply:
     """One completion. `cost_usd` is None when prices are unknown; `reasoning` is the separated reasoning text
-    (`reasoning_content` / `reasoning`) when the endpoint sent one."""
+    (`reasoning_content` / `reasoning`) when the endpoint sent one; `usage_estimated` is True when the endpoint
+    reported no usage and `usage` was estimated from the text."""
 
     text: str
     finish_reason: str | None
@@ -53,6 +64,7 @@ class LLMReply:
     from_cassette: bool
     latency_s: float
     reasoning: str | None = None
+    usage_estimated: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -176,10 +188,15 @@ class LLMClient:
             response = dict(self.cassette.lookup(request).response)
             from_cassette = True
         else:
-            response = self._call_endpoint(request)
+            response = self._call_endpoint(request, tag)
             from_cassette = False
         latency = time.monotonic() - started
-        usage = TokenUsage.from_dict(response.get("usage"))
+        text = response.get("text") or ""
+        if usage_is_reported(response.get("usage")):
+            usage, estimated = TokenUsage.from_dict(response.get("usage")), False
+        else:
+            usage, estimated = estimate_usage(request["messages"], text, response.get("reasoning")), True
+            logger.debug("LLM reply for tag %r reported no usage; estimated %d tokens", tag, usage.total_tokens)
         if self.cassette is not None and self.cassette.mode == "record":
             try:
                 self.cassette.record(request, response, tag=tag)
@@ -194,9 +211,10 @@ class LLMClient:
             from_cassette=from_cassette,
             latency_s=latency,
             finish_reason=response.get("finish_reason"),
+            usage_estimated=estimated,
         )
         reply = LLMReply(
-            text=response.get("text") or "",
+            text=text,
             finish_reason=response.get("finish_reason"),
             model=response.get("model") or self.config.model,
             usage=usage,
@@ -204,12 +222,13 @@ class LLMClient:
             from_cassette=from_cassette,
             latency_s=latency,
             reasoning=response.get("reasoning"),
+            usage_estimated=estimated,
         )
         if reply.truncated:
             logger.info("LLM reply for tag %r stopped on the token limit (finish_reason=length)", tag)
         return reply
 
-    def _call_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _call_endpoint(self, request: Mapping[str, Any], tag: str) -> dict[str, Any]:
         cfg = self.config
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(cfg.max_retries + 1),
@@ -220,7 +239,7 @@ class LLMClient:
             reraise=True,
         )
         try:
-            return retrying(self._attempt, request)
+            return retrying(self._attempt, request, tag)
         except LLMError:
             raise
         except openai.OpenAIError as exc:
@@ -237,7 +256,8 @@ class LLMClient:
         if self._stop.wait(seconds):
             raise self._cancelled_error()
 
-    def _attempt(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _attempt(self, request: Mapping[str, Any], tag: str) -> dict[str, Any]:
+        self.usage.check_budget()  # again before every retry: unusable replies were metered too
         sdk = self._sdk_client()
         params = request["parameters"]
         kwargs: dict[str, Any] = {"model": request["model"], "messages": request["messages"]}
@@ -253,20 +273,49 @@ class LLMClient:
             body["reasoning_effort"] = params["reasoning_effort"]
         if body:
             kwargs["extra_body"] = body
-        return _response_dict(self._create_abandonable(sdk, kwargs))
+        started = time.monotonic()
+        raw, status = self._fetch_within_deadline(sdk, kwargs)
+        try:
+            return _response_from_body(raw, request["messages"], status)
+        except LLMReplyError as exc:
+            self.usage.record(tag=tag, model=self.config.model, usage=exc.usage or TokenUsage(), from_cassette=False,
+                              latency_s=time.monotonic() - started, usage_estimated=exc.usage_estimated,
+                              error=exc.kind)
+            raise
 
-    def _create_abandonable(self, sdk: openai.OpenAI, kwargs: dict[str, Any]) -> Any:
-        """`chat.completions.create` on a daemon thread, so that `cancel()` can abandon it at once.
+    def _fetch_within_deadline(self, sdk: openai.OpenAI, kwargs: dict[str, Any]) -> tuple[bytes, int]:
+        """The raw body and status of a 2xx reply, read in full before `request_timeout_s` has passed.
+
+        Error statuses raise the SDK's `APIStatusError`s (classified by `agent.llm.retry`). The request runs on a
+        daemon thread that the caller stops waiting for at the deadline or on `cancel()`; the thread itself stops
+        reading at the first chunk after the deadline (or on httpx's per-read timeout) and closes the response.
+        """
+        timeout_s = self.config.request_timeout_s
+        deadline = time.monotonic() + timeout_s
+
+        def fetch() -> tuple[bytes, int]:
+            with sdk.chat.completions.with_streaming_response.create(**kwargs) as response:
+                chunks: list[bytes] = []
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise _deadline_error(timeout_s, sum(map(len, chunks)))
+                return b"".join(chunks), response.status_code
+
+        return self._run_abandonable(fetch, deadline, timeout_s)
+
+    def _run_abandonable(self, work: Any, deadline: float, timeout_s: float) -> Any:
+        """`work()` on a daemon thread, so that `cancel()` or the deadline can abandon it at once.
 
         Closing an httpx client does not interrupt a request blocked on another thread; the caller therefore waits
-        for either the request or the stop signal, and a cancelled request finishes (or times out) unobserved.
+        for the request, the stop signal or the deadline, and an abandoned request finishes (or times out) unobserved.
         """
         wake = threading.Event()
         box: dict[str, Any] = {}
 
-        def work() -> None:
+        def run() -> None:
             try:
-                box["result"] = sdk.chat.completions.create(**kwargs)
+                box["result"] = work()
             except BaseException as exc:  # handed to the waiting caller
                 box["error"] = exc
             finally:
@@ -276,16 +325,27 @@ class LLMClient:
             self._raise_if_stopped()
             self._waiters.add(wake)
         try:
-            threading.Thread(target=work, name="kforge-llm-request", daemon=True).start()
-            wake.wait()
+            threading.Thread(target=run, name="kforge-llm-request", daemon=True).start()
+            finished = wake.wait(max(0.0, deadline - time.monotonic()))
         finally:
             with self._lock:
                 self._waiters.discard(wake)
         if "result" in box:
             return box["result"]
-        if "error" in box and not self._stop.is_set():
+        if self._stop.is_set():
+            raise self._cancelled_error() from box.get("error")
+        if "error" in box:
             raise box["error"]
-        raise self._cancelled_error() from box.get("error")
+        if not finished:
+            raise _deadline_error(timeout_s, None)
+        raise self._cancelled_error()
+
+
+def _deadline_error(timeout_s: float, received: int | None) -> LLMError:
+    got = "no complete reply" if received is None else f"only {received} bytes of the reply"
+    return LLMError(kind="timeout", message=(
+        f"{got} within the {timeout_s:g} s deadline of one request; raise request_timeout_s (KFORGE_LLM_TIMEOUT, "
+        "--llm-timeout) or check the server"))
 
 
 def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
@@ -298,18 +358,84 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
             raise ValueError(f"messages[{i}] has unknown role {message['role']!r}; expected one of {sorted(_ROLES)}")
 
 
-def _response_dict(completion: Any) -> dict[str, Any]:
-    """The cassette/LLMReply view of an SDK `ChatCompletion`."""
-    choices = getattr(completion, "choices", None) or []
-    if not choices:
-        raise LLMError(kind="server", message="the endpoint returned a completion with no choices")
-    choice = choices[0]
-    message = choice.message
+_USAGE_FIELD = re.compile(rb'"(prompt_tokens|completion_tokens)"\s*:\s*(\d+)')
+
+
+def _reported_usage(data: Any) -> TokenUsage | None:
+    """The usage a reply reported, or None when it reported none (or nonsense)."""
+    if not usage_is_reported(data):
+        return None
+    try:
+        return TokenUsage.from_dict(data)
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _unusable_usage(reported: Any, messages: Sequence[Mapping[str, Any]], body: bytes) -> tuple[TokenUsage, bool]:
+    """Tokens to meter for an unusable reply: the reported ones, else an estimate (prompt, and the body's text for
+    a body that is not JSON: a proxy that cut a long answer short was still billed for it)."""
+    usage = _reported_usage(reported)
+    if usage is not None:
+        return usage, False
+    estimate = estimate_usage(messages, None)
+    extra = estimate_tokens(body.decode("utf-8", errors="replace")) if reported is None and body else 0
+    return TokenUsage(prompt_tokens=estimate.prompt_tokens, completion_tokens=extra,
+                      total_tokens=estimate.prompt_tokens + extra), True
+
+
+def _salvaged_usage(body: bytes) -> dict[str, int] | None:
+    """Usage counts found in a body that is not valid JSON (e.g. cut short after the usage object)."""
+    found = {name.decode(): int(value) for name, value in _USAGE_FIELD.findall(body)}
+    return found or None
+
+
+def _excerpt(body: bytes) -> str:
+    """The whole body when short, else its start and its end (where a cut-off body stops)."""
+    if len(body) <= 240:
+        return repr(body)
+    return f"{body[:160]!r} ... {body[-60:]!r} ({len(body)} bytes)"
+
+
+def _response_from_body(body: bytes, messages: Sequence[Mapping[str, Any]], status: int) -> dict[str, Any]:
+    """The cassette/LLMReply view of a raw chat-completion body; `LLMReplyError` when it cannot be used."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        usage, estimated = _unusable_usage(_salvaged_usage(body), messages, body)
+        raise LLMMalformedReplyError(
+            f"the endpoint answered HTTP {status} with a body that is not JSON ({exc}): {_excerpt(body)}",
+            status, usage, estimated) from None
+    if not isinstance(data, dict):
+        usage, estimated = _unusable_usage(None, messages, b"")
+        raise LLMMalformedReplyError(
+            f"the endpoint answered HTTP {status} with JSON {type(data).__name__}, not a chat-completion object",
+            status, usage, estimated)
+    reported = data.get("usage")
+    choices = data.get("choices")
+    if isinstance(choices, list) and not choices:
+        usage, estimated = _unusable_usage(reported, messages, b"")
+        raise LLMEmptyReplyError(
+            f"the endpoint answered HTTP {status} with an empty 'choices' list (reported usage: {reported!r:.200})",
+            status, usage, estimated)
+    choice = choices[0] if isinstance(choices, list) else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not (content is None or isinstance(content, (str, list))):
+        usage, estimated = _unusable_usage(reported, messages, b"")
+        problem = data.get("error") if "error" in data else f"choices: {choices!r:.200}"
+        raise LLMMalformedReplyError(
+            f"the endpoint answered HTTP {status} with JSON that holds no chat message ({problem!s:.300})",
+            status, usage, estimated)
+    if isinstance(content, list):  # content parts: keep the text ones
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    finish_reason = choice.get("finish_reason")
+    model = data.get("model")
+    usage = _reported_usage(reported)
     response: dict[str, Any] = {
-        "text": message.content or "",
-        "finish_reason": choice.finish_reason,
-        "model": getattr(completion, "model", None),
-        "usage": TokenUsage.from_openai(getattr(completion, "usage", None)).to_dict(),
+        "text": content or "",
+        "finish_reason": finish_reason if isinstance(finish_reason, str) else None,
+        "model": model if isinstance(model, str) else None,
+        "usage": usage.to_dict() if usage is not None else None,
     }
     reasoning = _reasoning_text(message)
     if reasoning:
@@ -317,12 +443,9 @@ def _response_dict(completion: Any) -> dict[str, Any]:
     return response
 
 
-def _reasoning_text(message: Any) -> str | None:
-    extra = getattr(message, "model_extra", None) or {}
+def _reasoning_text(message: Mapping[str, Any]) -> str | None:
     for name in ("reasoning_content", "reasoning"):
-        value = getattr(message, name, None)
-        if value is None:
-            value = extra.get(name)
+        value = message.get(name)
         if isinstance(value, str) and value:
             return value
     return None

@@ -15,7 +15,13 @@ KFORGE_LLM_OUTPUT_PRICE            USD per million completion tokens (reasoning 
 KFORGE_LLM_BUDGET_USD              stop calling once this much has been spent (needs both prices)
 KFORGE_LLM_REASONING_EFFORT        sent as `reasoning_effort` (none | minimal | low | medium | high | ...)
 KFORGE_LLM_MAX_COMPLETION_TOKENS   sent as `max_completion_tokens` (includes reasoning tokens)
+KFORGE_LLM_TIMEOUT                 total deadline of one HTTP request in seconds (default 600; see below)
+KFORGE_LLM_MAX_RETRIES             retries after a failed attempt (default 6; 0 = one attempt only)
 =================================  ============================================================================
+
+`request_timeout_s` bounds one whole request, connecting, sending and reading the entire reply: a server that
+trickles its answer a byte at a time still fails at the deadline (httpx's own timeouts apply per read, which such a
+server never trips). A call makes at most `max_retries + 1` requests, with waits between them (`retry_*_wait_s`).
 
 Cassette mode: with a cassette path and `cassette_mode=None`, the client replays when the file exists and records
 (to a new file) when it does not; `resolved_cassette_mode()` gives the answer. An explicit "record" starts the file
@@ -34,7 +40,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["CASSETTE_MODES", "CassetteMode", "LLMConfig"]
+__all__ = ["CASSETTE_MODES", "CassetteMode", "LLMConfig", "parse_max_retries", "parse_timeout"]
 
 CassetteMode = Literal["record", "replay"]
 CASSETTE_MODES: tuple[str, ...] = ("record", "replay")
@@ -147,6 +153,8 @@ class LLMConfig:
             "cost_budget_usd": lambda: _parse_float(env, "KFORGE_LLM_BUDGET_USD"),
             "reasoning_effort": lambda: text("KFORGE_LLM_REASONING_EFFORT"),
             "max_completion_tokens": lambda: _parse_positive_int(env, "KFORGE_LLM_MAX_COMPLETION_TOKENS"),
+            "request_timeout_s": lambda: parse_timeout(env.get("KFORGE_LLM_TIMEOUT"), "KFORGE_LLM_TIMEOUT"),
+            "max_retries": lambda: parse_max_retries(env.get("KFORGE_LLM_MAX_RETRIES"), "KFORGE_LLM_MAX_RETRIES"),
         }
         for name, read in readers.items():
             if name in overrides:
@@ -236,4 +244,32 @@ def _parse_positive_int(env: Mapping[str, str], name: str) -> int | None:
         raise ValueError(f"{name}={raw!r} is not an integer; give a token count such as 16384") from None
     if value <= 0:
         raise ValueError(f"{name}={raw!r} must be a positive integer")
+    return value
+
+
+def parse_timeout(raw: str | None, name: str) -> float | None:
+    """Seconds > 0 from the text of `name` (an environment variable or a CLI flag); None when unset or blank."""
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds > 0; give the total deadline of one LLM "
+                         "request, such as 600")
+    return value
+
+
+def parse_max_retries(raw: str | None, name: str) -> int | None:
+    """An integer >= 0 from the text of `name` (an environment variable or a CLI flag); None when unset or blank."""
+    if raw is None or not str(raw).strip():
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name}={raw!r} is not an integer >= 0; give how many times a failed LLM request is "
+                         "retried, such as 6 (0 = never)")
     return value

@@ -1,21 +1,38 @@
-"""`LLMError`: the one exception the LLM client layer raises for endpoint, budget and cassette failures."""
+"""`LLMError`: the one exception the LLM client layer raises for endpoint, budget, cassette and reply failures.
+
+A 200 reply that cannot be used (a body that is not JSON, no `choices`, no message) is an `LLMReplyError`
+(`LLMMalformedReplyError` / `LLMEmptyReplyError`) rather than whatever the JSON parser or the SDK happened to raise,
+so callers handle one exception type. It carries the tokens the reply reported (or an estimate, flagged), which the
+client has already metered: an endpoint that bills for replies it then mangles still counts against the budget.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-__all__ = ["LLM_ERROR_KINDS", "RETRYABLE_KINDS", "LLMError", "LLMErrorKind"]
+if TYPE_CHECKING:
+    from agent.llm.usage import TokenUsage
+
+__all__ = [
+    "LLM_ERROR_KINDS",
+    "RETRYABLE_KINDS",
+    "LLMEmptyReplyError",
+    "LLMError",
+    "LLMErrorKind",
+    "LLMMalformedReplyError",
+    "LLMReplyError",
+]
 
 LLMErrorKind = Literal[
     "rate_limited", "server", "timeout", "connection", "quota", "client", "budget", "cassette_miss", "truncated",
-    "cancelled",
+    "cancelled", "malformed", "empty",
 ]
 
 LLM_ERROR_KINDS: frozenset[str] = frozenset(
     {
         "rate_limited",  # 429 that persisted past the retry budget
-        "server",  # 5xx / 409 that persisted, or a malformed reply
-        "timeout",  # the request timed out on every attempt
+        "server",  # 5xx / 409 that persisted
+        "timeout",  # the request missed its total deadline (request_timeout_s) on every attempt
         "connection",  # the endpoint could not be reached on every attempt
         "quota",  # 429 with code `insufficient_quota`: will not clear by waiting
         "client",  # any other 4xx (bad request, auth, not found, context length...): never retried
@@ -23,10 +40,15 @@ LLM_ERROR_KINDS: frozenset[str] = frozenset(
         "cassette_miss",  # replay mode and the request was never recorded
         "truncated",  # raised by `LLMReply.require_complete()` for finish_reason == "length"
         "cancelled",  # `LLMClient.cancel()` / `close()` was called
+        "malformed",  # a 200 reply whose body is not a chat-completion JSON object, on every attempt
+        "empty",  # a 200 reply with no choices or no message, on every attempt
     }
 )
 
-RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limited", "server", "timeout", "connection"})
+# Malformed and empty replies are retried like 5xx: they come from overloaded servers and proxies that cut a body
+# short, and the generator ends a whole conversation on an LLMError. Each attempt is metered and the budget is
+# checked before every attempt, so a server that keeps sending them costs at most max_retries + 1 replies.
+RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limited", "server", "timeout", "connection", "malformed", "empty"})
 
 
 class LLMError(Exception):
@@ -41,5 +63,33 @@ class LLMError(Exception):
         status_part = f" (HTTP {status})" if status is not None else ""
         super().__init__(f"[{kind}]{status_part} {message}")
 
-    def __reduce__(self):  # keep keyword-style construction picklable across processes
+    def __reduce__(self) -> tuple[Any, ...]:  # keep keyword-style construction picklable across processes
         return (type(self), (self.kind, self.message, self.status))
+
+
+class LLMReplyError(LLMError):
+    """A 200 reply that cannot be used. `usage` is what it reported (None when nothing could be read);
+    `usage_estimated` is True when the client estimated it from the text instead (see `agent.llm.usage`)."""
+
+    reply_kind: ClassVar[str] = "malformed"
+
+    def __init__(self, message: str, status: int | None = None, usage: TokenUsage | None = None,
+                 usage_estimated: bool = False) -> None:
+        super().__init__(self.reply_kind, message, status)
+        self.usage = usage
+        self.usage_estimated = usage_estimated
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.status, self.usage, self.usage_estimated))
+
+
+class LLMMalformedReplyError(LLMReplyError):
+    """The reply body is not a chat completion: not JSON, not an object, or a choice without a usable message."""
+
+    reply_kind = "malformed"
+
+
+class LLMEmptyReplyError(LLMReplyError):
+    """The reply is a chat completion with no choices (or a first choice with neither text nor a finish reason)."""
+
+    reply_kind = "empty"

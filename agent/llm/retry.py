@@ -1,6 +1,7 @@
 """Retry policy of the LLM client: which SDK errors are retried, how long to wait, and the `LLMError` they become.
 
-Retried: 429 (except error code/type `insufficient_quota`), 5xx, 408, 409, timeouts and connection errors. Never
+Retried: 429 (except error code/type `insufficient_quota`), 5xx, 408, 409, timeouts, connection errors, and 200
+replies that are malformed or empty (`LLMReplyError`, metered before the retry). Never
 retried: other 4xx (bad request, auth, not found, context length...), quota errors, and replies that finished with
 `finish_reason == "length"` (those are not errors at all; see `LLMReply.truncated`).
 
@@ -87,9 +88,11 @@ def to_llm_error(exc: BaseException, *, attempts: int | None = None) -> LLMError
     detail = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     tried = f" after {attempts} attempt(s)" if attempts and cls.retryable else ""
     hints = {
-        "rate_limited": "the endpoint kept rate-limiting; lower concurrency or raise max_retries / retry_max_wait_s",
+        "rate_limited": ("the endpoint kept rate-limiting; lower concurrency or raise max_retries "
+                         "(KFORGE_LLM_MAX_RETRIES, --llm-max-retries) / retry_max_wait_s"),
         "server": "the endpoint kept failing; check the server",
-        "timeout": "the request timed out; raise request_timeout_s or check the server",
+        "timeout": ("the request timed out; raise request_timeout_s (KFORGE_LLM_TIMEOUT, --llm-timeout) or check "
+                    "the server"),
         "connection": "the endpoint could not be reached; check KFORGE_LLM_BASE_URL and that the server is up",
         "quota": "the account has no quota left (insufficient_quota); waiting will not help",
         "client": "the endpoint rejected the request; it is not retried (check model name, key and parameters)",

@@ -8,13 +8,21 @@ so the spend can overshoot the budget by at most those calls.
 
 Replayed (cassette) calls are counted like live ones, with the recorded token counts, so a replayed run stops at
 the same point as the recorded run did; they are flagged `from_cassette` and counted separately in `summary()`.
+
+A reply that reports no usage (some local servers and proxies omit it) would otherwise cost $0 and never trigger
+the budget. Its tokens are estimated instead with `estimate_usage`: ceil(characters / 4) per text plus 4 tokens of
+chat framing per message, OpenAI's published rule of thumb for English with BPE tokenizers (code and non-Latin text
+run denser, so the estimate can be low by a few tens of percent: treat budgets on such endpoints as approximate).
+Estimated records carry `usage_estimated=True` and are counted in `summary()["estimated_calls"]` (usage.json).
+Replies that cannot be used (malformed, empty) are metered too, with `error` set to the `LLMError` kind.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +33,13 @@ if TYPE_CHECKING:
 
     from agent.llm.config import LLMConfig
 
-__all__ = ["TokenUsage", "UsageMeter", "UsageRecord", "estimate_cost_usd"]
+__all__ = [
+    "CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "TokenUsage", "UsageMeter", "UsageRecord", "estimate_cost_usd",
+    "estimate_tokens", "estimate_usage", "usage_is_reported",
+]
+
+CHARS_PER_TOKEN = 4  # OpenAI's rule of thumb for English text (see the module docstring)
+MESSAGE_OVERHEAD_TOKENS = 4  # role and separators of one chat message
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,44 @@ class TokenUsage:
         )
 
 
+def estimate_tokens(text: str | None) -> int:
+    """Estimated token count of `text`: ceil(len(text) / CHARS_PER_TOKEN); 0 for empty or None."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
+        return " ".join(str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def estimate_usage(messages: Sequence[Mapping[str, Any]], text: str | None, reasoning: str | None = None) -> TokenUsage:
+    """Estimated `TokenUsage` of a call from its text (for replies that report none; see the module docstring).
+
+    Prompt: every message's content plus `MESSAGE_OVERHEAD_TOKENS` each; completion: the reply text plus the
+    separated reasoning text (counted as `reasoning_tokens` too when present)."""
+    prompt = sum(estimate_tokens(_content_text(m.get("content"))) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    reasoning_tokens = estimate_tokens(reasoning) if reasoning else None
+    completion = estimate_tokens(text) + (reasoning_tokens or 0)
+    return TokenUsage(prompt_tokens=prompt, completion_tokens=completion, reasoning_tokens=reasoning_tokens,
+                      total_tokens=prompt + completion)
+
+
+def usage_is_reported(data: Any) -> bool:
+    """True when a reply's `usage` value holds real counts: a mapping with a positive prompt or completion count.
+
+    Missing, null, not a mapping, or all zeros (some servers send zeros rather than omitting it) count as not
+    reported, and the client estimates instead."""
+    if not isinstance(data, Mapping):
+        return False
+    try:
+        return int(data.get("prompt_tokens") or 0) > 0 or int(data.get("completion_tokens") or 0) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 def estimate_cost_usd(
     usage: TokenUsage, input_price_per_mtok: float | None, output_price_per_mtok: float | None
 ) -> float | None:
@@ -106,7 +158,9 @@ def estimate_cost_usd(
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One metered call."""
+    """One metered call (or one unusable attempt of a call: `error` is then the `LLMError` kind).
+
+    `usage_estimated` is True when the endpoint reported no usage and the tokens were estimated from the text."""
 
     tag: str
     model: str | None
@@ -116,6 +170,8 @@ class UsageRecord:
     latency_s: float
     finish_reason: str | None
     timestamp: float
+    usage_estimated: bool = False
+    error: str | None = None
 
 
 class UsageMeter:
@@ -186,6 +242,8 @@ class UsageMeter:
         from_cassette: bool,
         latency_s: float,
         finish_reason: str | None = None,
+        usage_estimated: bool = False,
+        error: str | None = None,
     ) -> UsageRecord:
         """Log one call and return its record (with the estimated cost)."""
         rec = UsageRecord(
@@ -197,6 +255,8 @@ class UsageMeter:
             latency_s=latency_s,
             finish_reason=finish_reason,
             timestamp=time.time(),
+            usage_estimated=usage_estimated,
+            error=error,
         )
         with self._lock:
             self._records.append(rec)
@@ -224,6 +284,8 @@ class UsageMeter:
             "calls": len(recs),
             "cassette_calls": sum(1 for r in recs if r.from_cassette),
             "truncated_calls": sum(1 for r in recs if r.finish_reason == "length"),
+            "failed_calls": sum(1 for r in recs if r.error is not None),
+            "estimated_calls": sum(1 for r in recs if r.usage_estimated),
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
@@ -244,12 +306,13 @@ class UsageMeter:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per call: tag, model, tokens, cost_usd, from_cassette, latency_s, finish_reason, timestamp."""
+        """One row per call: tag, model, tokens, cost_usd, from_cassette, latency_s, finish_reason, timestamp,
+        usage_estimated, error."""
         import pandas as pd
 
         columns = [
             "tag", "model", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd",
-            "from_cassette", "latency_s", "finish_reason", "timestamp",
+            "from_cassette", "latency_s", "finish_reason", "timestamp", "usage_estimated", "error",
         ]
         rows = [
             {
@@ -261,6 +324,8 @@ class UsageMeter:
                 "latency_s": r.latency_s,
                 "finish_reason": r.finish_reason,
                 "timestamp": r.timestamp,
+                "usage_estimated": r.usage_estimated,
+                "error": r.error,
             }
             for r in self.records
         ]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from forge import atomic
 
 __all__ = ["CANDIDATE_STEM", "HOME_DIR", "INPUTS_FILE", "JOB_FILE", "MODULE_NAME", "RESULT_FILE", "STDERR_FILE",
            "STDOUT_FILE", "TMP_DIR", "read_json", "write_json_atomic"]
@@ -22,13 +23,8 @@ TMP_DIR = "tmp"
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary sibling, then rename it into place (readers never see half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write JSON atomically (`forge.atomic`: unique temporary, fsync, rename; readers never see half a file)."""
+    atomic.write_json_atomic(path, data, default=str)
 
 
 def read_json(path: Path) -> dict[str, Any]:

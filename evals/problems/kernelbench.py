@@ -236,9 +236,26 @@ def _load_level_dir(folder: Path, level: int | None, suite: str | None) -> list[
         number, name = (int(match.group(1)), match.group(2)) if match else (None, file.stem)
         problem_id = f"level{level}/{file.stem}" if level is not None else file.stem
         problems.append(module_problem_from_source(
-            file.read_text(encoding="utf-8"), problem_id=problem_id, suite=suite_name, path=str(file),
+            _read_problem_file(file, problem_id), problem_id=problem_id, suite=suite_name, path=str(file),
             level=level, number=number, name=name))
     return problems
+
+
+def _read_problem_file(file: Path, problem_id: str) -> str:
+    """The text of a problem file; a `SuiteFormatError` naming the file when it is unreadable or not UTF-8."""
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise SuiteFormatError(f"cannot read the file: {exc.strerror or exc}", path=str(file),
+                               problem_id=problem_id) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SuiteFormatError(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, line {line}); KernelBench files "
+            "are Python source in UTF-8: re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)",
+            path=str(file), problem_id=problem_id) from None
 
 
 def load_kernelbench_folder(path: str | Path, level: int | None = None, *,

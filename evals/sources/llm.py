@@ -34,6 +34,7 @@ from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
 from evals.sources.evaluation import MODULE_SEEDS, check_module_candidate, failure_text
 from evals.sources.isolated import run_isolated
+from forge.atomic import write_text_atomic
 from forge.checking import KernelUtils
 from forge.provider import KernelGenerator
 from forge.samples import Sample
@@ -159,9 +160,7 @@ class LLMSource(EvalSource):
         for part in parts:
             lines += [line for line in part.read_text(encoding="utf-8").splitlines() if line.strip()]
         cassette.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cassette.with_name(cassette.name + ".tmp")
-        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(temporary, cassette)
+        write_text_atomic(cassette, "".join(line + "\n" for line in lines))
         shutil.rmtree(parts_dir, ignore_errors=True)
         logger.info("cassette %s: %d recorded call(s) from %d worker(s)", cassette, len(lines), len(parts))
 

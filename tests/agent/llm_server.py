@@ -5,7 +5,11 @@ The server answers POST /v1/chat/completions (and /chat/completions) from a queu
 - `reply(text, finish_reason="stop", usage=None, model=None, reasoning=None)`: a `chat.completion` body;
 - `error(status, body=None, headers=None)`: an HTTP error in OpenAI's error shape (`rate_limited(...)`,
   `insufficient_quota()` and `server_error(...)` build common ones);
-- `hang(seconds, then=None)`: wait (so the client times out), then serve `then` or close without answering.
+- `hang(seconds, then=None)`: wait (so the client times out), then serve `then` or close without answering;
+- `raw_body(body, status=200)`: any bytes (or a dict sent as JSON) as the body: `malformed_json()` (a body cut
+  short, as a proxy that drops the connection sends it) and `empty_choices(usage)` build common ones;
+- `reply(..., send_usage=False)`: a completion without a `usage` object, as several local servers send it;
+- `trickle(then, interval_s=1.0)`: send the headers, then the body of `then` one byte every `interval_s`.
 
 When the queue is empty, an optional `responder(request_json) -> step` picks the step (content-based replies);
 with neither, the server answers HTTP 418 "script exhausted" so a test fails fast instead of retrying. Every
@@ -32,15 +36,21 @@ from typing import Any
 __all__ = [
     "ErrorStep",
     "HangStep",
+    "RawStep",
     "ReplyStep",
     "ScriptedLLMServer",
     "Step",
+    "TrickleStep",
+    "empty_choices",
     "error",
     "hang",
     "insufficient_quota",
+    "malformed_json",
     "rate_limited",
+    "raw_body",
     "reply",
     "server_error",
+    "trickle",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,6 +65,13 @@ class ReplyStep:
     usage: Mapping[str, int] | None = None
     model: str | None = None
     reasoning: str | None = None
+    send_usage: bool = True
+
+
+@dataclass(frozen=True)
+class RawStep:
+    body: Any
+    status: int = 200
 
 
 @dataclass(frozen=True)
@@ -70,7 +87,13 @@ class HangStep:
     then: ReplyStep | ErrorStep | None = None
 
 
-Step = ReplyStep | ErrorStep | HangStep
+@dataclass(frozen=True)
+class TrickleStep:
+    then: ReplyStep | RawStep
+    interval_s: float = 1.0
+
+
+Step = ReplyStep | ErrorStep | HangStep | RawStep | TrickleStep
 
 
 def reply(
@@ -80,10 +103,39 @@ def reply(
     *,
     model: str | None = None,
     reasoning: str | None = None,
+    send_usage: bool = True,
 ) -> ReplyStep:
     """A successful completion. `usage` keys: prompt_tokens, completion_tokens, [reasoning_tokens, total_tokens];
-    by default the words of the prompt and of `text` are counted."""
-    return ReplyStep(text=text, finish_reason=finish_reason, usage=usage, model=model, reasoning=reasoning)
+    by default the words of the prompt and of `text` are counted. `send_usage=False` leaves `usage` out."""
+    return ReplyStep(text=text, finish_reason=finish_reason, usage=usage, model=model, reasoning=reasoning,
+                     send_usage=send_usage)
+
+
+def raw_body(body: Any, status: int = 200) -> RawStep:
+    """`body` as it is (bytes, str) or as JSON (anything else), with `status`."""
+    return RawStep(body=body, status=status)
+
+
+def malformed_json() -> RawStep:
+    """HTTP 200 with a chat completion cut off mid-string: not valid JSON."""
+    return RawStep(body=b'{"id": "chatcmpl-cut", "object": "chat.completion", "choices": [{"index": 0, '
+                        b'"message": {"role": "assistant", "content": "def kernel_fun')
+
+
+def empty_choices(usage: Mapping[str, int] | None = None) -> RawStep:
+    """HTTP 200 with `"choices": []` and, when given, a `usage` object (what a filtered or failed reply looks
+    like on several servers)."""
+    body: dict[str, Any] = {"id": "chatcmpl-empty", "object": "chat.completion", "created": int(time.time()),
+                            "model": "scripted-model", "choices": []}
+    if usage is not None:
+        body["usage"] = dict(usage)
+    return RawStep(body=body)
+
+
+def trickle(then: ReplyStep | RawStep, interval_s: float = 1.0) -> TrickleStep:
+    """Send the headers of `then` at once, then its body one byte every `interval_s` seconds (stops when the
+    client goes away or the server shuts down)."""
+    return TrickleStep(then=then, interval_s=interval_s)
 
 
 def error(status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> ErrorStep:
@@ -232,7 +284,7 @@ class ScriptedLLMServer:
         message: dict[str, Any] = {"role": "assistant", "content": step.text}
         if step.reasoning is not None:
             message["reasoning_content"] = step.reasoning
-        return {
+        body = {
             "id": f"chatcmpl-scripted-{index}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -240,6 +292,20 @@ class ScriptedLLMServer:
             "choices": [{"index": 0, "message": message, "finish_reason": step.finish_reason, "logprobs": None}],
             "usage": usage,
         }
+        if not step.send_usage:
+            del body["usage"]
+        return body
+
+    def _payload(self, step: ReplyStep | RawStep, request_json: dict[str, Any], index: int) -> tuple[int, bytes]:
+        """Status and body bytes of a reply or raw step."""
+        if isinstance(step, ReplyStep):
+            return 200, json.dumps(self._completion_body(step, request_json, index)).encode("utf-8")
+        body = step.body
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, bytes):
+            body = json.dumps(body).encode("utf-8")
+        return step.status, body
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -248,6 +314,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         logger.debug("scripted LLM server: " + format, *args)
+
+    def _trickle(self, status: int, payload: bytes, interval_s: float) -> None:
+        stopping = self.scripted._stopping
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.flush()
+            for i in range(len(payload)):
+                if stopping.wait(interval_s):
+                    return
+                self.wfile.write(payload[i:i + 1])
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            logger.debug("scripted LLM server: client went away during a trickle")
 
     def _send(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> None:
         payload = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
@@ -295,7 +377,9 @@ class _Handler(BaseHTTPRequestHandler):
                 f"scripted error {step.status}", "scripted_error", None
             )
             self._send(step.status, body, step.headers)
-        elif isinstance(step, ReplyStep):
-            self._send(200, server._completion_body(step, request_json, index))
+        elif isinstance(step, (ReplyStep, RawStep)):
+            self._send(*server._payload(step, request_json, index))
+        elif isinstance(step, TrickleStep):
+            self._trickle(*server._payload(step.then, request_json, index), step.interval_s)
         else:
             self._send(500, _error_body(f"bad scripted step {step!r}", "script_error", None))

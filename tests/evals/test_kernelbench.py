@@ -196,6 +196,31 @@ def test_bad_files_name_the_file_and_what_is_missing(tmp_path):
         load_kernelbench_folder(tmp_path / "missing")
 
 
+def test_a_file_that_is_not_utf8_names_the_file_and_the_fix(tmp_path):
+    folder = tmp_path / "level1"
+    folder.mkdir()
+    (folder / "19_ReLU.py").write_text(RELU)
+    latin1 = RELU.replace("Simple model", "Modèle simple").encode("latin-1")
+    (folder / "7_Latin1.py").write_bytes(latin1)
+    with pytest.raises(SuiteFormatError) as info:
+        load_kernelbench_folder(folder)
+    message = str(info.value)
+    assert info.value.path == str(folder / "7_Latin1.py") and message.startswith(str(folder / "7_Latin1.py"))
+    assert "not UTF-8" in message and "0xe8" in message and "line 7" in message and "UTF-8" in message
+    assert "\n" not in message
+    with pytest.raises(SuiteFormatError, match="7_Latin1.py"):
+        load_suite(folder)  # the path `kforge eval FOLDER` takes
+    (folder / "7_Latin1.py").write_bytes(latin1.decode("latin-1").encode("utf-8"))
+    assert len(load_kernelbench_folder(folder)) == 2  # re-saved as UTF-8, it loads
+
+
+def test_an_unreadable_problem_file_names_the_file(tmp_path):
+    folder = tmp_path / "level1"
+    (folder / "3_Folder.py").mkdir(parents=True)  # a folder named like a problem file
+    with pytest.raises(SuiteFormatError, match="3_Folder.py.*cannot read the file"):
+        load_kernelbench_folder(folder)
+
+
 def test_integer_targets_keep_their_dtype(tmp_path):
     problem = _by_id(load_kernelbench_folder(_kernelbench(tmp_path) / "level1"))["level1/95_CrossEntropyLoss"]
     model, (predictions, targets) = problem.instantiate("cpu", seed=1, dtype=torch.float64)

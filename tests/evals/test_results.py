@@ -1,15 +1,22 @@
-"""The JSONL results store (append, resume, truncated last line) and static sharding."""
+"""The JSONL results store (append, resume, truncated last line), static sharding, and the output folder lock."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evals import ResultsStore, load_suite, parse_shard, record_key, shard
+from evals.results import LOCK_FILE, OutputFolderBusyError, OutputFolderLock
 
 
 def test_append_and_load_round_trip(tmp_path):
@@ -109,3 +116,72 @@ def test_shard_arguments_are_checked():
         shard(problems, 2, 2)
     with pytest.raises(ValueError, match="duplicates: smoke:smoke.relu"):
         shard(problems + problems[:1], 0, 2)
+
+
+# -- one run per output folder ----------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from evals.results import OutputFolderLock
+    with OutputFolderLock(sys.argv[1]):
+        print("locked", flush=True)
+        time.sleep(120)
+""")
+
+
+def _hold_lock(folder: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline().strip() == "locked", holder.stderr.read()
+    return holder
+
+
+def test_a_second_eval_on_a_locked_folder_fails_fast_naming_the_folder_and_the_pid(tmp_path):
+    out = tmp_path / "run"
+    holder = _hold_lock(out)
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "forge.cli", "eval", "smoke", "--source", "compile", "--device", "cpu",
+             "--quick", "--no-plots", "--out", str(out), "--resume"],
+            capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in second.stderr
+    assert lines[0].startswith("kforge eval: output folder") and str(out) in lines[0]
+    assert f"pid {holder.pid}" in lines[0] and "--out" in lines[0]
+    assert not (out / "results.jsonl").exists() and not (out / "run.json").exists()  # nothing was touched
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    holder = _hold_lock(tmp_path)
+    with pytest.raises(OutputFolderBusyError):
+        OutputFolderLock(tmp_path).acquire()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    with OutputFolderLock(tmp_path) as lock:  # the kernel dropped the dead run's lock
+        assert lock.held
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+
+
+def test_lock_is_exclusive_within_one_process_and_released_on_exit(tmp_path):
+    with OutputFolderLock(tmp_path / "new") as first:
+        assert (tmp_path / "new").is_dir()
+        with pytest.raises(OutputFolderBusyError) as info:
+            OutputFolderLock(tmp_path / "new").acquire()
+        assert info.value.holder["pid"] == os.getpid() and str(tmp_path / "new") in str(info.value)
+        assert isinstance(info.value, RuntimeError)
+    assert not first.held
+    OutputFolderLock(tmp_path / "new").acquire().release()
+
+
+def test_a_holder_that_has_not_written_its_pid_yet_is_reported_as_unknown(tmp_path):
+    (tmp_path / LOCK_FILE).write_text("")
+    import fcntl
+
+    with open(tmp_path / LOCK_FILE, "r+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(OutputFolderBusyError, match="pid unknown"):
+            OutputFolderLock(tmp_path).acquire()
