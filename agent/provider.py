@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.languages import get_language
+from agent.languages.triton_launch import LaunchCacheStats, cached_launchers
 from agent.screening import format_violations
+from forge.atomic import write_text_atomic
 from forge.functional import original_function
 from forge.provider import KernelProvider
 from forge.samples import Sample, sample_from_json, sample_to_json, spec_sample
@@ -57,6 +59,7 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
         self.metadata = dict(metadata or {})
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._entry: Callable | None = None
+        self._module_name: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -88,15 +91,20 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{self.function}_{self.source_hash[:16]}{language.file_suffix}"
             if not path.exists() or path.read_text() != self.source:
-                tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-                tmp.write_text(self.source)
-                os.replace(tmp, path)
+                write_text_atomic(path, self.source)
             module_name = f"kforge_generated_{self.function}_{self.source_hash[:16]}"
             entry = language.load(path, module_name)
             if self.entry_point != language.entry_point:
                 entry = getattr(sys.modules[module_name], self.entry_point)
+            self._module_name = module_name
             self._entry = entry
             return entry
+
+    def launch_stats(self) -> dict[str, LaunchCacheStats]:
+        """Per Triton kernel of the loaded source, its cached launcher's counters (empty before loading, and under
+        the Triton interpreter, where launches are not cached)."""
+        module = sys.modules.get(self._module_name) if self._module_name else None
+        return {name: launcher.stats() for name, launcher in cached_launchers(module).items()} if module else {}
 
     def load_runtime_dependencies(self) -> None:
         self._load()
@@ -133,6 +141,9 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
         expected = state.get("source_sha256")
         if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
             raise ValueError("generated kernel source does not match its recorded sha256 (the file was edited)")
+        violations = get_language(state.get("language", "triton")).screen(source, state["function"])
+        if violations:  # refused at load (PlanLoadError), not later at apply
+            raise ValueError("generated kernel fails screening: " + format_violations(violations))
         return cls(
             state["function"],
             source,

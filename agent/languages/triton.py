@@ -11,9 +11,14 @@ failure inside a kernel body (what the GPU compiler would refuse) surfaces as `I
 from __future__ import annotations
 
 import ast
+import functools
+import sys
 import types
+from collections.abc import Callable
+from pathlib import Path
 
 from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.languages.triton_launch import install_cached_launchers, launch_cache_enabled
 from agent.screening import policy
 from agent.screening.python_ast import PythonRules, analyse_python
 from agent.screening.violation import Violation
@@ -53,17 +58,49 @@ def triton_reference_problem(qualname: str) -> str | None:
             "next_power_of_2, triton.language.*, triton.runtime.driver.active device queries)")
 
 
+# Compiler internals of Triton's dtypes that kernels have no use for.
+_DEVICE_ATTRIBUTES_DENIED = frozenset({"to_ir", "mangle", "codegen_name", "cache_key_part", "handle"})
+# Instance attributes of Triton tensors and dtypes (not visible on their classes); `handle` (the IR or, under the
+# interpreter, the backing array) is deliberately absent.
+_DEVICE_INSTANCE_ATTRIBUTES = frozenset({"shape", "dtype", "type", "numel", "T", "element_ty", "value",
+                                         "primitive_bitwidth", "fp_mantissa_width", "int_bitwidth", "int_signedness",
+                                         "exponent_bias", "name", "itemsize"})
+
+
+@functools.cache
+def triton_device_attributes() -> frozenset[str]:
+    """Attributes `@triton.jit` code may read on its values: the public methods of `tl.tensor` and of Triton's
+    dtypes in the installed Triton (so the list follows Triton versions), plus their instance fields."""
+    import triton.language as tl
+
+    names = set(_DEVICE_INSTANCE_ATTRIBUTES)
+    for cls_name in ("tensor", "dtype", "pointer_type", "block_type", "constexpr"):
+        cls = getattr(tl, cls_name, None) or getattr(tl.core, cls_name, None)
+        if cls is not None:
+            names.update(n for n in dir(cls) if not n.startswith("_"))
+    return frozenset(names - _DEVICE_ATTRIBUTES_DENIED)
+
+
 TRITON_RULES = PythonRules(
     extra_import_roots=frozenset({"triton"}),
     reference_rules={"triton": triton_reference_problem},
     namespaces=_TRITON_NAMESPACES,
     device_decorators=frozenset({"triton.jit"}),
+    device_attributes=triton_device_attributes,
 )
 
 
+# Random initialisers a `ModelNew` uses to create its parameters exactly as the reference `Model` does.
+_MODULE_PARAMETER_INIT = frozenset({"torch.randn", "torch.rand", "torch.randint", "torch.randn_like",
+                                    "torch.rand_like"})
+
+
 def module_torch_allowed(qualname: str) -> bool:
-    """`torch.nn` layer classes, `torch.nn.Parameter` and `torch.nn.init.*`: what a KernelBench `ModelNew` needs to
-    create the same parameters as the reference `Model` under the same seed. `torch.nn.functional` stays refused."""
+    """`torch.nn` layer classes, `torch.nn.Parameter`, `torch.nn.init.*` and the random initialisers (`torch.randn`
+    ...): what a KernelBench `ModelNew` needs to create the same parameters as the reference `Model` under the same
+    seed. `torch.nn.functional` stays refused."""
+    if qualname in _MODULE_PARAMETER_INIT:
+        return True
     parts = qualname.split(".")
     if parts[:2] != ["torch", "nn"] or len(parts) < 3:
         return False
@@ -77,6 +114,7 @@ MODULE_RULES = PythonRules(
     reference_rules=TRITON_RULES.reference_rules,
     namespaces=TRITON_RULES.namespaces,
     device_decorators=TRITON_RULES.device_decorators,
+    device_attributes=TRITON_RULES.device_attributes,
     torch_allowed=module_torch_allowed,
 )
 
@@ -111,6 +149,15 @@ class TritonLanguage(KernelLanguage):
             violations.append(Violation(entry, fn.lineno, f"`{entry}` never launches a @triton.jit kernel (expected "
                                         f"`kernel[grid](...)` in {entry} or a helper it calls)", "structure"))
         return violations
+
+    def load(self, path: str | Path, module_name: str) -> Callable:
+        """Import as the base class does, then give the module's `@triton.jit` kernels cached launchers
+        (`agent.languages.triton_launch`: a repeated launch skips the JIT's argument binding; off when
+        `$KFORGE_TRITON_LAUNCH_CACHE=0`)."""
+        entry = super().load(path, module_name)
+        if launch_cache_enabled():
+            install_cached_launchers(sys.modules[module_name])
+        return entry
 
     def screen_module(self, source: str) -> list[Violation]:
         """Screen a KernelBench-format `ModelNew` file: the same bans, plus a top-level `class ModelNew` and at least

@@ -20,7 +20,8 @@ inputs are cloned afresh when all inputs of a pass together take at most 64 MB (
 clones are kept alive, so no pass sees the addresses of the one before: caching by `data_ptr` does not pay off);
 bigger inputs rotate between two cloned sets. Cloning, and then the L2 flush, happen outside the timed region.
 
-On CUDA: CUDA events around the pass, an L2 flush (zeroing a 256 MB buffer) before each timed pass, and a
+On CUDA: CUDA events around the pass, an L2 flush (zeroing a 256 MB buffer) before each timed pass and a sync after
+it (so the pass's host work starts on an idle device and counts), and a
 device-wide `torch.cuda.synchronize()` followed by a second end event, so work the candidate queued on other
 streams is counted: a pass takes `max(current-stream time, all-streams time - calibrated sync overhead)`. On CPU:
 `time.perf_counter` around each pass. Everything runs under `torch.no_grad()`. Results keep every pass's time, so
@@ -245,6 +246,9 @@ class _CudaTimer:
     def time_pass(self, fn: Callable[..., Any], inputs: list[Sample]) -> float:
         if self.flush is not None:
             self.flush.zero_()
+            # Host-inclusive: wait for the flush, or the pass's host work (launches, wrapper code) would hide behind
+            # its 67 us on the H200 and a pass shorter than that would measure device time only.
+            torch.cuda.synchronize(self.device)
         self.start.record()
         _run_pass(fn, inputs)
         self.end_stream.record()
