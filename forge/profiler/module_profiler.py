@@ -5,12 +5,20 @@ then `profile_iterations` passes under `torch.profiler` with every replaceable f
 module's forward only (see `forge.profiler.interception`), all under `torch.no_grad()`. Time is attributed per
 function and per unique sample (see `forge.profiler.attribution`): kernel time when the work runs on CUDA, CPU
 time otherwise, averaged over the profiling passes.
+
+Kineto (torch.profiler's backend) prints `USDT: ... profiler_start` / `profiler_stop` lines (and `STAGE:` lines at
+some levels) straight to the process's stderr for every session, which cluttered `kforge optimize`'s output. Its
+log level is read from `KINETO_LOG_LEVEL` when Kineto first initialises, lazily at the first profiler session, and
+those lines sit at the highest level (USDT = 5, above ERROR = 4), so the profiler sets it to 6 unless the user has
+set it: Kineto's own errors go quiet too, and a session that records no CUDA time is still reported by the
+warning below.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -31,6 +39,12 @@ logger = logging.getLogger(__name__)
 _cuda_profiler_primed = False
 # torch's once-per-process UserWarning when a profiler starts; it does not apply to one-cycle sessions.
 _CLEARS_EVENTS_NOTE = ".*Profiler clears events at the end of each cycle.*"
+_KINETO_QUIET_LEVEL = "6"  # above USDT (5), Kineto's highest console level
+
+
+def _quiet_kineto() -> None:
+    """Keep Kineto's per-session console lines out of the output (before its first session; the user's value wins)."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", _KINETO_QUIET_LEVEL)
 
 
 def prime_cuda_profiler() -> None:
@@ -41,6 +55,7 @@ def prime_cuda_profiler() -> None:
     global _cuda_profiler_primed
     if _cuda_profiler_primed:
         return
+    _quiet_kineto()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_CLEARS_EVENTS_NOTE)
@@ -161,6 +176,7 @@ class ModuleFunctionKernelProfiler:
         """
         root = _resolve_module(function, module)
         samples = normalize_data(data)
+        _quiet_kineto()
         on_cuda = _uses_cuda(root, samples)
 
         with torch.no_grad():
