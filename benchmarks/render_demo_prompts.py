@@ -9,6 +9,10 @@ compares before replaying.
 
     python benchmarks/render_demo_prompts.py --demo unet --functions group_norm,silu,layer_norm \
         --device-name "NVIDIA H200" --capability 9,0 --model frontier-standin --out prompts.jsonl
+
+`--replies DIR --cassette FILE` then pairs each request with the stand-in's reply `DIR/<prefix>_<function>.md`
+(a separate session given only the request, no tools) and writes a replay cassette (`agent/cassettes/`). Token
+counts in the cassette are estimated (4 characters per token), as the client does for replies without usage.
 """
 
 from __future__ import annotations
@@ -75,6 +79,25 @@ def render(demo: str, functions: list[str], device_kind: str, device_name: str, 
         return first_turn_requests(generator, profile, order)
 
 
+def _write_cassette(requests: list[dict], replies: str, prefix: str, out: str) -> None:
+    from pathlib import Path
+
+    lines = []
+    for item in requests:
+        reply = Path(replies) / f"{prefix}_{item['function']}.md"
+        if not reply.is_file():
+            print(f"{item['function']}: no reply at {reply}; left out of the cassette")
+            continue
+        text = reply.read_text(encoding="utf-8").strip() + "\n"
+        prompt_chars = sum(len(m["content"]) for m in item["request"]["messages"])
+        usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(text) // 4}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        response = {"text": text, "finish_reason": "stop", "model": item["request"]["model"], "usage": usage}
+        lines.append(json.dumps({"tag": item["function"], "request": item["request"], "response": response}))
+    Path(out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(f"wrote {len(lines)} cassette line(s) to {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", default="llama")
@@ -85,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-cpu", metavar="PROMPTS_JSONL",
                         help="render the CPU demo and compare with this `kforge prompts --demo` output")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--replies", metavar="DIR", help="folder of stand-in replies <prefix>_<function>.md")
+    parser.add_argument("--prefix", default="", help="file-name prefix of the replies (e.g. unet_h200)")
+    parser.add_argument("--cassette", metavar="FILE", help="write a replay cassette of requests + replies")
     args = parser.parse_args(argv)
     functions = args.functions.split(",")
     if args.check_cpu:
@@ -96,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         for item in requests:
             handle.write(json.dumps(item) + "\n")
     print(f"wrote {len(requests)} request(s): {', '.join(r['function'] for r in requests)}")
+    if args.cassette:
+        _write_cassette(requests, args.replies, args.prefix, args.cassette)
     if args.check_cpu:
         reference = {json.loads(line)["function"]: json.loads(line)["request"] for line in open(args.check_cpu)}
         for item in requests:

@@ -1,0 +1,59 @@
+"""Cassettes shipped with the embedded demos, so `kforge optimize --demo` runs the whole agent path with no key.
+
+Each file under `agent/cassettes/` holds first-turn requests of the LLM generator for one demo as rendered on one
+device (`demo-<name>-<device>.jsonl`, device `cpu` or the GPU's name in lower case with spaces as dashes, e.g.
+`nvidia-h200`) and the replies a stand-in model wrote for them (a separate session given only the rendered
+request, with no tools). Replay keys on the exact request, so a cassette serves only the device it was rendered on;
+the demo then picks it by the same rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["DemoCassette", "demo_cassette", "device_slug"]
+
+CASSETTE_DIR = Path(__file__).resolve().parent / "cassettes"
+
+
+def device_slug(device: str | torch.device) -> str:
+    """`cpu`, or the CUDA device's name as a file-name slug (`NVIDIA H200` -> `nvidia-h200`)."""
+    target = torch.device(device)
+    if target.type != "cuda" or not torch.cuda.is_available():
+        return "cpu"
+    index = target.index if target.index is not None else torch.cuda.current_device()
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(index).lower()).strip("-")
+
+
+@dataclass(frozen=True)
+class DemoCassette:
+    """A shipped cassette: its path, the model name its requests carry and the functions it has replies for."""
+
+    path: Path
+    model: str
+    functions: tuple[str, ...]
+
+
+def demo_cassette(demo: str, device: str | torch.device, folder: Path = CASSETTE_DIR) -> DemoCassette | None:
+    """The cassette shipped for `demo` on `device`, or None when there is none for this device."""
+    path = folder / f"demo-{demo}-{device_slug(device)}.jsonl"
+    if not path.is_file():
+        return None
+    model, functions = None, []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            model = model or entry["request"]["model"]
+            tag = entry.get("tag")
+            if tag and tag not in functions:
+                functions.append(tag)
+    if model is None:
+        return None
+    return DemoCassette(path=path, model=model, functions=tuple(functions))

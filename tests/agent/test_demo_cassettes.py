@@ -1,0 +1,75 @@
+"""The cassettes shipped with the demos: found by demo and device, still matching what the generator renders, and
+used by `kforge optimize --demo` when no endpoint is configured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from agent.cli_support import _demo_cassette_config, first_turn_requests
+from agent.demo_cassettes import CASSETTE_DIR, demo_cassette, device_slug
+from agent.generator import LLMKernelGenerator
+from agent.llm import LLMConfig
+from forge.demos import get_demo
+from forge.profiler import ModuleFunctionKernelProfiler
+
+
+def test_every_demo_ships_a_cpu_cassette_and_the_h200_ones_exist() -> None:
+    names = sorted(p.name for p in CASSETTE_DIR.glob("*.jsonl"))
+    assert "demo-llama-cpu.jsonl" in names
+    assert {"demo-llama-nvidia-h200.jsonl", "demo-unet-nvidia-h200.jsonl"} <= set(names)
+    assert device_slug("cpu") == "cpu"
+    shipped = demo_cassette("llama", "cpu")
+    assert shipped is not None and shipped.model == "frontier-standin"
+    assert set(shipped.functions) == {"rms_norm", "silu", "softmax"}
+    assert demo_cassette("no-such-demo", "cpu") is None
+
+
+def test_the_cpu_cassette_matches_what_the_generator_renders_today() -> None:
+    """A prompt-template change would make every replay miss: re-record the cassettes when this fails
+    (benchmarks/render_demo_prompts.py renders them, a stand-in model answers)."""
+    shipped = demo_cassette("llama", "cpu")
+    recorded = {}
+    for line in shipped.path.read_text().splitlines():
+        entry = json.loads(line)
+        recorded[entry["tag"]] = entry["request"]
+    demo = get_demo("llama")
+    model, data = demo.model("cpu"), demo.inputs("cpu")
+    generator = LLMKernelGenerator(LLMConfig(model=shipped.model), functions=list(recorded), use_cache=False)
+    profile = ModuleFunctionKernelProfiler(set(recorded)).profile(model, data)
+    rendered = {r["function"]: r["request"] for r in first_turn_requests(generator, profile, list(recorded))}
+    assert rendered.keys() == recorded.keys()
+    for function, request in recorded.items():
+        assert rendered[function] == request, f"the {function} prompt changed since the cassette was recorded"
+
+
+def _args(**overrides) -> argparse.Namespace:
+    values = {"demo": "llama", "device": "cpu", "candidates": 2, "attempts": 4, "optimize_rounds": 2,
+              "generator_threshold": 10.0, "generate_functions": None}
+    values.update(overrides)
+    return argparse.Namespace(**values)
+
+
+def test_demo_without_an_endpoint_replays_its_cassette_one_turn_per_function(capsys) -> None:
+    args = _args()
+    config = _demo_cassette_config(args, LLMConfig())
+    assert config.is_configured and config.cassette_mode == "replay" and config.model == "frontier-standin"
+    assert config.cassette == demo_cassette("llama", "cpu").path
+    assert (args.candidates, args.attempts, args.optimize_rounds, args.generator_threshold) == (1, 1, 0, 0.0)
+    assert set(args.generate_functions.split(",")) == {"rms_norm", "silu", "softmax"}
+    assert "replaying the demo's recorded generator conversations" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("overrides", [{"demo": None}, {"demo": "unet"}])
+def test_no_cassette_means_no_generation(overrides) -> None:
+    """A target that is not a demo, or a demo with no cassette for this device, keeps generation off."""
+    config = _demo_cassette_config(_args(**overrides), LLMConfig())
+    assert not config.is_configured
+
+
+def test_user_choices_win_over_the_demo_defaults() -> None:
+    args = _args(candidates=3, generator_threshold=5.0, generate_functions="silu")
+    _demo_cassette_config(args, LLMConfig())
+    assert (args.candidates, args.generator_threshold, args.generate_functions) == (3, 5.0, "silu")
