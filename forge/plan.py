@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import logging
 import os
 from collections.abc import Hashable, Iterator
@@ -23,6 +22,7 @@ from torch import nn
 
 from forge.environment import environment_differences, environment_fingerprint
 from forge.execution import Execution, parse_execution
+from forge.plan_schema import read_plan_json, validate_plan_dict
 from forge.provider import KernelProvider
 from forge.samples import Sample, sample_from_json, sample_to_json, signature_of, spec_sample
 
@@ -170,6 +170,7 @@ class KernelOptimizationPlan:
                 f"unsupported plan version {version!r}; this kernel-forge reads version {PLAN_VERSION}. "
                 "Re-create the plan with `kforge optimize` or use the kernel-forge release that wrote it"
             )
+        validate_plan_dict(data)  # every field's type and bounds (forge.plan_schema), before anything is built
         raw_entries = data.get("entries")
         if not isinstance(raw_entries, list):
             raise PlanLoadError("plan has no 'entries' list")
@@ -209,17 +210,7 @@ class KernelOptimizationPlan:
     def load(cls, path: str | os.PathLike, *, strict_environment: bool = False) -> KernelOptimizationPlan:
         """Read a plan written by `save`; raises `PlanLoadError` with the file name on any problem."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise PlanLoadError(f"cannot read plan file {path}: {exc.strerror or exc}") from exc
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise PlanLoadError(
-                f"plan file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-                "it may be truncated or edited by hand - re-create it with `kforge optimize`"
-            ) from exc
+        data = read_plan_json(path)  # regular files only, size cap before reading, bounded read (forge.plan_schema)
         try:
             return cls.from_dict(data, strict_environment=strict_environment)
         except PlanLoadError as exc:

@@ -1,0 +1,182 @@
+"""`kforge plan verify` with a deadline per kernel: each entry is re-validated in its own child process.
+
+`KernelOptimizationPlan.verify()` validates in the calling process, which is what the Python API wants (no process
+start, the caller's providers and devices), but a kernel that never returns (a Triton loop whose exit condition
+depends on a value it never reaches, a deadlock) then hangs the caller for good: a Python thread stuck inside a
+kernel launch or a C call cannot be interrupted. The CLI therefore runs each entry in a spawned child
+(`multiprocessing` "spawn": no forked CUDA context; the parent's `sys.path` goes with it) in its own session, and
+kills the child's whole process group when the entry is not done `timeout_s` after the child reported that the
+plan was loaded (the child's start-up, mostly `import torch`, has its own `startup_timeout_s`, so a short
+`--timeout` is not eaten by the import). A kernel that runs out its time is reported as `TIMEOUT`, a child that
+dies (a segfault, an abort, OOM) as `CRASHED` with its exit status, and the remaining kernels are still verified.
+
+The child imports the modules that define the plan's provider types (as the parent loaded them) before loading the
+plan, so plans of user-defined providers verify as they do in process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import importlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KernelVerification", "VerifySettings", "VerifyStatus", "verify_plan_file", "DEFAULT_VERIFY_TIMEOUT_S"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VERIFY_TIMEOUT_S = 300.0
+
+
+class VerifyStatus(enum.Enum):
+    PASSED = "ok"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    CRASHED = "CRASHED"
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """`timeout_s`: per kernel, from the moment its child has loaded the plan; `startup_timeout_s`: for the child
+    to start and load the plan."""
+
+    timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S
+    startup_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "startup_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class KernelVerification:
+    """The outcome for one plan entry: `errors` holds the validation errors (FAILED) or why it did not finish."""
+
+    index: int
+    function: str
+    status: VerifyStatus
+    errors: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is VerifyStatus.PASSED
+
+
+def verify_plan_file(path: str | os.PathLike, settings: VerifySettings | None = None) -> list[KernelVerification]:
+    """Re-validate every entry of the plan at `path`, each in a child process with a deadline.
+
+    Raises `PlanLoadError` when the plan does not load here (nothing is started then).
+    """
+    from forge.plan import KernelOptimizationPlan
+
+    settings = settings or VerifySettings()
+    path = Path(path)
+    plan = KernelOptimizationPlan.load(path)
+    modules = sorted({type(entry.provider).__module__ for entry in plan.entries} - {"__main__"})
+    return [_verify_entry(path, index, entry.function, modules, settings) for index, entry in enumerate(plan.entries)]
+
+
+def _verify_entry(path: Path, index: int, function: str, modules: list[str], settings: VerifySettings,
+                  ) -> KernelVerification:
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_child, args=(str(path), index, modules, sender), daemon=True,
+                              name=f"kforge-verify-{function}")
+    start = time.monotonic()
+    process.start()
+    sender.close()
+    try:
+        outcome = _wait(process, receiver, settings)
+    finally:
+        _kill_group(process)
+        receiver.close()
+    seconds = time.monotonic() - start
+    if outcome is None:
+        return KernelVerification(index, function, VerifyStatus.TIMEOUT,
+                                  (f"not done within {settings.timeout_s:g} s; the kernel was stopped",), seconds)
+    kind, payload = outcome
+    if kind == "errors":
+        status = VerifyStatus.FAILED if payload else VerifyStatus.PASSED
+        return KernelVerification(index, function, status, tuple(payload), seconds)
+    return KernelVerification(index, function, VerifyStatus.CRASHED, (str(payload),), seconds)
+
+
+def _wait(process: Any, receiver: Any, settings: VerifySettings) -> tuple[str, Any] | None:
+    """The child's final message, None on timeout, or ("crash", why) when it dies without one."""
+    deadline = time.monotonic() + settings.startup_timeout_s
+    loaded = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None if loaded else ("crash", f"the verifying process did not start within "
+                                                 f"{settings.startup_timeout_s:g} s")
+        try:
+            ready = receiver.poll(min(remaining, 0.5))
+        except (EOFError, OSError):
+            ready = False
+        if ready:
+            try:
+                kind, payload = receiver.recv()
+            except (EOFError, OSError):
+                return ("crash", _death(process))
+            if kind == "loaded":
+                loaded, deadline = True, time.monotonic() + settings.timeout_s
+                continue
+            return kind, payload
+        if not process.is_alive():
+            with contextlib.suppress(EOFError, OSError):
+                if receiver.poll(0):
+                    kind, payload = receiver.recv()
+                    if kind != "loaded":
+                        return kind, payload
+            return ("crash", _death(process))
+
+
+def _death(process: Any) -> str:
+    process.join(5)
+    code = process.exitcode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"the verifying process died of {signal.Signals(-code).name}"
+    return f"the verifying process exited with status {code} without a result"
+
+
+def _kill_group(process: Any) -> None:
+    """Stop the child and anything it started (it leads its own session once running)."""
+    if process.pid is not None and process.is_alive():
+        with contextlib.suppress(OSError):
+            if os.getpgid(process.pid) == process.pid:
+                os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            process.kill()
+    process.join(10)
+
+
+def _child(path: str, index: int, modules: list[str], sender: Any) -> None:  # pragma: no cover - runs in a child
+    with contextlib.suppress(OSError):
+        os.setsid()
+    logging.getLogger("forge.plan").setLevel(logging.ERROR)  # the parent already warned about the environment
+    try:
+        for name in modules:
+            importlib.import_module(name)
+        from forge.plan import KernelOptimizationPlan
+
+        plan = KernelOptimizationPlan.load(path)
+        entry = plan.entries[index]
+        sender.send(("loaded", None))
+        errors = KernelOptimizationPlan(entries=(entry,), environment=plan.environment).verify()[entry.function]
+        sender.send(("errors", [str(e) for e in errors]))
+    except BaseException as exc:  # noqa: BLE001 - any failure is the outcome reported for this kernel
+        sender.send(("crash", f"{type(exc).__name__}: {exc}"))
+    finally:
+        sender.close()
