@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 
-__all__ = ["add_generator_arguments", "generators_from_args"]
+from agent.llm.config import parse_max_retries, parse_timeout
+
+__all__ = ["add_generator_arguments", "generators_from_args", "llm_call_overrides"]
 
 logger = logging.getLogger(__name__)
 
@@ -17,6 +20,10 @@ def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
                        help="OpenAI-compatible endpoint (default $KFORGE_LLM_BASE_URL / $OPENAI_BASE_URL)")
     group.add_argument("--cassette", help="JSONL cassette of LLM calls (default $KFORGE_CASSETTE)")
     group.add_argument("--cassette-mode", choices=["record", "replay"], help="default $KFORGE_CASSETTE_MODE")
+    group.add_argument("--llm-timeout", type=_flag_parser(parse_timeout, "--llm-timeout"), metavar="S",
+                       help="total deadline of one LLM request in seconds (default $KFORGE_LLM_TIMEOUT or 600)")
+    group.add_argument("--llm-max-retries", type=_flag_parser(parse_max_retries, "--llm-max-retries"), metavar="N",
+                       help="retries of a failed LLM request (default $KFORGE_LLM_MAX_RETRIES or 6; 0 = none)")
     group.add_argument("--candidates", type=int, default=2, help="independent conversations per function (2)")
     group.add_argument("--attempts", type=int, default=4, help="turns per conversation to reach a correct kernel (4)")
     group.add_argument("--optimize-rounds", type=int, default=2, help="extra turns asking for faster kernels (2)")
@@ -24,6 +31,7 @@ def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--artifacts-dir", help="where conversations, kernels and verdicts are written")
     group.add_argument("--generate-functions", metavar="NAMES",
                        help="comma-separated functions the generator may attempt (default: all deterministic ones)")
+    add_sandbox_arguments(parser)
 
 
 def generators_from_args(args: argparse.Namespace) -> list:
@@ -37,13 +45,17 @@ def generators_from_args(args: argparse.Namespace) -> list:
         value = getattr(args, flag, None)
         if value:
             overrides[key] = value
+    overrides.update(llm_call_overrides(args))
     try:
         config = LLMConfig.from_env(**overrides)
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"kforge: LLM generator configuration: {exc}") from exc
     if not config.is_configured:
+        config = _demo_cassette_config(args, config)
+    if not config.is_configured:
         logger.info("no LLM endpoint or cassette configured: kernel generation is off")
         return []
+    require_sandbox(args)
     return [
         LLMKernelGenerator(
             config,
@@ -55,6 +67,65 @@ def generators_from_args(args: argparse.Namespace) -> list:
             functions=_names(args.generate_functions),
         )
     ]
+
+
+def _demo_cassette_config(args: argparse.Namespace, config):
+    """With `--demo` and no endpoint or cassette configured: replay the cassette shipped for that demo on this
+    device (`agent.demo_cassettes`), so the demo runs the whole agent path with no key. It holds first turns only,
+    so the run asks one turn per function; the functions it covers are all attempted (generator threshold 0) unless
+    the user chose otherwise. Returns `config` unchanged when there is no such cassette."""
+    import dataclasses
+
+    import torch
+
+    from agent.demo_cassettes import demo_cassette
+
+    demo = getattr(args, "demo", None)
+    if not demo:
+        return config
+    device = getattr(args, "device", "auto") or "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    shipped = demo_cassette(demo, device)
+    if shipped is None:
+        logger.info("no cassette ships for demo %s on %s: kernel generation is off", demo, device)
+        return config
+    defaults = {"candidates": 2, "attempts": 4, "optimize_rounds": 2, "generator_threshold": 10.0}
+    replay = {"candidates": 1, "attempts": 1, "optimize_rounds": 0, "generator_threshold": 0.0}
+    for name, default in defaults.items():
+        if getattr(args, name, default) == default:
+            setattr(args, name, replay[name])
+    if not getattr(args, "generate_functions", None):
+        args.generate_functions = ",".join(shipped.functions)
+    print(f"kforge: no LLM endpoint configured; replaying the demo's recorded generator conversations "
+          f"({shipped.path.name}: {', '.join(shipped.functions)})")
+    return dataclasses.replace(config, model=shipped.model, cassette=shipped.path, cassette_mode="replay")
+
+
+def llm_call_overrides(args: argparse.Namespace) -> dict[str, float | int]:
+    """`LLMConfig` overrides from `--llm-timeout` / `--llm-max-retries` (only the flags that were given)."""
+    overrides: dict[str, float | int] = {}
+    if getattr(args, "llm_timeout", None) is not None:
+        overrides["request_timeout_s"] = args.llm_timeout
+    if getattr(args, "llm_max_retries", None) is not None:
+        overrides["max_retries"] = args.llm_max_retries
+    return overrides
+
+
+def _flag_parser(parse: Callable[[str, str], float | int | None], flag: str) -> Callable[[str], float | int]:
+    """An argparse `type` from an `agent.llm.config` parser: its ValueError becomes argparse's one-line error."""
+
+    def convert(text: str) -> float | int:
+        try:
+            value = parse(text, flag)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{flag}=")) from None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"{flag} needs a value")
+        return value
+
+    convert.__name__ = flag.lstrip("-").replace("-", "_")
+    return convert
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -77,3 +148,31 @@ def first_turn_requests(generator, profile, functions: list[str]) -> list[dict]:
         request = canonical_request(generator.config.model, messages, generator.config.generation_parameters())
         requests.append({"function": name, "request": request})
     return requests
+
+
+# -- sandbox boundary (issue 9) ------------------------------------------------------------------------------
+def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--unsafe-sandbox`: the explicit opt-out of the bubblewrap boundary (same as `KFORGE_UNSAFE_SANDBOX=1`)."""
+    group = parser.add_argument_group("sandbox for generated kernels")
+    group.add_argument("--unsafe-sandbox", action="store_true",
+                       help="run generated kernels even where the bubblewrap boundary cannot be set up (weaker "
+                            "isolation: a network namespace at best; the kernels can read your files). Same as "
+                            "KFORGE_UNSAFE_SANDBOX=1")
+
+
+def require_sandbox(args: argparse.Namespace) -> None:
+    """Before any LLM call: exit with the reason when the boundary is unavailable and the user did not opt out.
+
+    `--unsafe-sandbox` sets `KFORGE_UNSAFE_SANDBOX=1` for this process and its workers; the one warning is logged
+    when the weaker isolation is chosen.
+    """
+    import os
+
+    from agent.sandbox.isolation import UNSAFE_ENV, SandboxUnavailableError, resolve_isolation
+
+    if getattr(args, "unsafe_sandbox", False):
+        os.environ[UNSAFE_ENV] = "1"
+    try:
+        resolve_isolation("auto")
+    except SandboxUnavailableError as exc:
+        raise SystemExit(f"kforge: {exc}") from exc

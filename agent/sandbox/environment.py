@@ -3,11 +3,12 @@
 Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC_*`, `TZ`), device selection
 (`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`), toolchain locations
 (`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
-`TRITON_LIBDEVICE_PATH`), caches (`TRITON_CACHE_DIR`, `TRITON_HOME`, `TORCHINDUCTOR_CACHE_DIR`) and
-`TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` = the repository root then the
-parent's `PYTHONPATH`,
-`PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`, `PYTHONUNBUFFERED=1`, one BLAS/OpenMP thread, and a persistent
-`TRITON_CACHE_DIR` (the parent's, else `~/.triton/cache` of the parent's home) so compiled launchers are reused.
+`TRITON_LIBDEVICE_PATH`) and `TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` =
+the repository root then the parent's `PYTHONPATH`, `PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`,
+`PYTHONUNBUFFERED=1`, `USER`/`LOGNAME`, one BLAS/OpenMP thread, and a persistent `TRITON_CACHE_DIR` that only
+sandbox children use (`isolation.sandbox_cache_dir() / "triton"`), so compiled launchers are reused between
+children but a child can never plant a compiled kernel or launcher in the parent's Triton cache (the parent's
+`TRITON_CACHE_DIR`, `TRITON_HOME` and `TORCHINDUCTOR_CACHE_DIR` are not passed).
 Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.
 """
 
@@ -26,7 +27,7 @@ PASS_THROUGH: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
     "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH",
-    "TRITON_CACHE_DIR", "TRITON_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_INTERPRET",
+    "TRITON_INTERPRET",
 )
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
@@ -59,6 +60,7 @@ def child_environment(
     language_env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     parent_env: Mapping[str, str] | None = None,
+    triton_cache: Path | None = None,
 ) -> dict[str, str]:
     """The child's complete environment (see the module docstring). `extra_env` must not name secrets."""
     parent = dict(os.environ if parent_env is None else parent_env)
@@ -68,10 +70,15 @@ def child_environment(
             continue
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in PASS_THROUGH):
             env[name] = value
-    if "TRITON_CACHE_DIR" not in env and parent.get("HOME"):
-        env["TRITON_CACHE_DIR"] = str(Path(parent["HOME"]) / ".triton" / "cache")
+    if triton_cache is None:
+        from agent.sandbox.isolation import sandbox_cache_dir
+
+        triton_cache = sandbox_cache_dir() / "triton"
     env.setdefault("PATH", os.defpath)
     env.update(
+        TRITON_CACHE_DIR=str(triton_cache),
+        USER="kforge-sandbox",
+        LOGNAME="kforge-sandbox",
         HOME=str(home),
         TMPDIR=str(tmp),
         PYTHONPATH=os.pathsep.join(_python_path(parent_env)),

@@ -3,6 +3,8 @@
 The agent shares one pool between its workers: at most `max_concurrent` children run at once (one per GPU is the
 usual choice), a run waiting for a slot aborts as soon as its `cancel_event` is set or the pool is closed, and
 `kill_all()` ends every live child of this pool within a few seconds (used when the generation timeout passes).
+`isolation()` says, before any LLM call is spent, whether runs will get the boundary or be refused
+(`SandboxUnavailableError`; a run itself raises the same error and runs nothing).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from agent.sandbox.isolation import Isolation, resolve_isolation
 from agent.sandbox.result import SandboxResult
 from agent.sandbox.runner import ProcessRegistry, run_candidate
 from forge.samples import Sample
@@ -39,6 +42,11 @@ class SandboxPool:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    def isolation(self) -> Isolation:
+        """The isolation this pool's runs get (`resolve_isolation` with the pool's `isolation` / `allow_unsafe`
+        defaults); raises `SandboxUnavailableError` when they would refuse. Call it before spending LLM calls."""
+        return resolve_isolation(self.defaults.get("isolation", "auto"), allow_unsafe=self.defaults.get("allow_unsafe"))
 
     def live_process_groups(self) -> list[int]:
         """Process-group ids of this pool's live children."""

@@ -24,7 +24,8 @@ class SandboxResult:
     (`type`, `message`, `traceback`), `errors`, `signal`/`signal_number`, `exit_code`, `phase`, `cancelled`.
     `latency_ms` / `baseline_ms` are `BenchmarkResult.to_dict()` of the candidate and of the original PyTorch function
     timed in the same child (None when not benchmarked). `stdout`/`stderr` are the child's output (truncated).
-    `isolation` is `"netns"` when the child had no network, else `"none"`, with `isolation_reason`.
+    `isolation` is an `agent.sandbox.isolation.IsolationLevel` (a str enum: `boundary`, `network`, `none`), with
+    `isolation_reason`.
     `source_path` is the candidate file when the run folder was kept, else None.
     """
 

@@ -4,10 +4,13 @@ Flow: screen the source (violations: `forbidden`, a syntax error: `compile_error
 the source, the samples (CPU copies plus the device to move them to) and the job into a fresh folder, and start
 `python -m agent.sandbox.child <folder>` in its own session (so the whole process group can be killed), with stdin
 closed, stdout/stderr to files, an allow-listed environment (`agent.sandbox.environment`), resource limits applied
-by the child, and a fresh network namespace where the host allows it (`agent.sandbox.isolation`). The parent waits
-with a wall-clock limit (SIGTERM, then SIGKILL to the group), classifies the child's end (a signal: `crash` with
-its name; no valid `result.json`: `crash` with the stderr tail) and reads the verdict. A segfault or GPU fault ends
-only the child. `kill_all()` ends every live child of this process within a few seconds.
+by the child (memory, processes, CPU time, file size, open files), inside the bubblewrap boundary
+(`agent.sandbox.isolation`: own user, PID, mount and network namespaces, read-only system, private run folder; killed
+with its parent; every process in it killed when the child ends). Without the boundary nothing runs
+(`SandboxUnavailableError`) unless the user opted out (`allow_unsafe`, `--unsafe-sandbox`, `KFORGE_UNSAFE_SANDBOX=1`).
+The parent waits with a wall-clock limit (SIGTERM, then SIGKILL to the group), classifies the child's end (a signal:
+`crash` with its name; no valid `result.json`: `crash` with the stderr tail) and reads the verdict. A segfault or GPU
+fault ends only the child. `kill_all()` ends every live child of this process within a few seconds.
 """
 
 from __future__ import annotations
@@ -32,17 +35,23 @@ from agent.languages import get_language
 from agent.languages.base import KernelLanguage
 from agent.sandbox import protocol
 from agent.sandbox.environment import child_environment, looks_secret
-from agent.sandbox.isolation import network_isolation
+from agent.sandbox.isolation import Isolation, IsolationLevel, bwrap_command, resolve_isolation, sandbox_cache_dir
 from agent.sandbox.result import SandboxResult
 from agent.screening.violation import Violation
 from forge.functional import original_function
 from forge.samples import Sample, TensorSpec, clone_value, iter_leaves
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ProcessRegistry", "kill_all", "live_process_groups", "run_candidate"]
+__all__ = ["DEFAULT_MEMORY_LIMIT_BYTES", "DEFAULT_PROCESS_LIMIT", "DEFAULT_TIMEOUT_S", "ProcessRegistry", "kill_all",
+           "live_process_groups", "run_candidate"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 180.0
+# RLIMIT_DATA (heap and private writable mappings; not RLIMIT_AS, whose address-space reservations break CUDA):
+# an import of torch + triton + the harness uses about 0.25 GB of it.
+DEFAULT_MEMORY_LIMIT_BYTES = 16 << 30
+# RLIMIT_NPROC: tasks (processes and threads) per sandbox; counted per user namespace inside the boundary.
+DEFAULT_PROCESS_LIMIT = 512
 OUTPUT_LIMIT_CHARS = 8192
 _POLL_S = 0.05
 _TERM_GRACE_S = 1.5
@@ -156,11 +165,14 @@ def run_candidate(
     counts: Sequence[int] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     keep: bool = False,
-    isolation: str = "auto",
+    isolation: str | IsolationLevel = "auto",
+    allow_unsafe: bool | None = None,
     cancel_event: threading.Event | None = None,
     cpu_limit_s: float | None = None,
     file_size_limit_bytes: int = 256 << 20,
     open_files_limit: int = 1024,
+    memory_limit_bytes: int | None = DEFAULT_MEMORY_LIMIT_BYTES,
+    process_limit: int | None = DEFAULT_PROCESS_LIMIT,
     extra_env: Mapping[str, str] | None = None,
     screen: bool = True,
     registry: ProcessRegistry | None = None,
@@ -172,8 +184,11 @@ def run_candidate(
     `forge.checking.KernelUtils` (default settings when None). `benchmark`: also time the candidate and the original
     PyTorch function in the same child on `counts`' GCD distribution (one call per sample when `counts` is None).
     `timeout_s`: wall clock for the child (CPU limit `cpu_limit_s`, default twice that). `workdir`: run folder to use
-    and keep (created; must be empty); else a temporary folder, kept when `keep`. `isolation`: `"auto"` (a network
-    namespace when the host allows it), `"netns"` (required: error if unavailable) or `"none"`. `cancel_event`: set it
+    and keep (created; must be empty); else a temporary folder, kept when `keep`. `isolation`: `"auto"` (the
+    bubblewrap boundary; when unavailable, `SandboxUnavailableError` unless `allow_unsafe` or
+    `KFORGE_UNSAFE_SANDBOX=1`, then the best weaker level with one warning), `"boundary"` (never weaker), or an
+    explicit unsafe `"network"` / `"none"` (see `agent.sandbox.isolation`). `memory_limit_bytes` (RLIMIT_DATA) and
+    `process_limit` (RLIMIT_NPROC, per sandbox inside the boundary) may be None for no limit. `cancel_event`: set it
     to abort the run (the child is killed; status `timeout`, `details["cancelled"]`). `extra_env`: more variables for
     the child (credential-like names are refused).
 
@@ -185,21 +200,19 @@ def run_candidate(
     original_function(function_name)  # clear error for a name that is not a replaceable function
     samples = _check_samples(samples, counts)
     device = _device_of(samples, lang)
-    if isolation not in {"auto", "netns", "none"}:
-        raise ValueError(f"isolation must be 'auto', 'netns' or 'none', got {isolation!r}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    for name, limit in (("memory_limit_bytes", memory_limit_bytes), ("process_limit", process_limit)):
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"{name} must be None or an int >= 1, got {limit!r}")
     for name in extra_env or {}:
         if looks_secret(name):
             raise ValueError(f"extra_env may not pass {name!r} to a sandbox child: it looks like a credential")
-    net = network_isolation() if isolation != "none" else None
-    if isolation == "netns" and (net is None or net.mode != "netns"):
-        raise RuntimeError(f"network isolation was required but is unavailable here: {net.reason if net else ''}")
-    iso_mode, iso_reason = (net.mode, net.reason) if net is not None else ("none", "disabled by isolation='none'")
+    iso = resolve_isolation(isolation, allow_unsafe=allow_unsafe)  # SandboxUnavailableError: nothing runs
 
     def finish(status: str, message: str, **fields: Any) -> SandboxResult:
-        return SandboxResult(status=status, message=message, isolation=iso_mode,  # type: ignore[arg-type]
-                             isolation_reason=iso_reason, wall_s=time.monotonic() - started, **fields)
+        return SandboxResult(status=status, message=message, isolation=iso.level, isolation_reason=iso.reason,
+                             wall_s=time.monotonic() - started, **fields)  # type: ignore[arg-type]
 
     if screen:
         violations = lang.screen(source, function_name)
@@ -233,20 +246,36 @@ def run_candidate(
             "cpu_limit_s": max(1, int(cpu_limit_s if cpu_limit_s is not None else 2 * timeout_s + 10)),
             "file_size_limit_bytes": int(file_size_limit_bytes),
             "open_files_limit": int(open_files_limit),
+            "memory_limit_bytes": memory_limit_bytes,
+            "process_limit": process_limit,
         }
         protocol.write_json_atomic(folder / protocol.JOB_FILE, job)
+        triton_cache = sandbox_cache_dir() / "triton"
+        triton_cache.mkdir(parents=True, exist_ok=True)
         env = child_environment(home, tmp, language_env=lang.child_environment(torch.device(device).type),
-                                extra_env=extra_env)
-        argv = [*(net.prefix if net is not None and net.mode == "netns" else ()), sys.executable, "-m",
-                "agent.sandbox.child", str(folder)]
-        outcome = _run_child(argv, folder, env, timeout_s, cancel_event, registry)
-        fields = _classify(outcome, folder, timeout_s)
+                                extra_env=extra_env, triton_cache=triton_cache)
+        argv = _child_argv(iso, folder, triton_cache, gpu=torch.device(device).type == "cuda")
+        # Root is exempt from RLIMIT_NPROC (and the boundary's uid maps to root): the parent enforces the limit.
+        task_limit = process_limit if iso.safe and os.geteuid() == 0 else None
+        outcome = _run_child(argv, folder, env, timeout_s, cancel_event, registry, task_limit)
+        fields = _classify(outcome, folder, timeout_s, exit_codes_carry_signals=iso.safe)
         status, message = fields.pop("status"), fields.pop("message")
         source_path = str(folder / source_file) if keep_folder else None
         return finish(status, message, source_path=source_path, **fields)
     finally:
         if not keep_folder:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _child_argv(iso: Isolation, folder: Path, triton_cache: Path, *, gpu: bool) -> list[str]:
+    """`python -m agent.sandbox.child <folder>`, inside the boundary (or the explicitly accepted weaker level)."""
+    argv = [sys.executable, "-m", "agent.sandbox.child", str(folder)]
+    if iso.level is IsolationLevel.BOUNDARY:
+        assert iso.tool is not None
+        return bwrap_command(iso.tool, argv, folder=folder, writable=[triton_cache], gpu=gpu)
+    if iso.level is IsolationLevel.NETWORK:
+        return [*iso.prefix, *argv]
+    return argv
 
 
 def _screening_result(violations: list[Violation], finish: Any) -> SandboxResult:
@@ -314,6 +343,55 @@ class _Outcome:
     cancelled: bool = False
     cancel_reason: str = ""
     wall_s: float = 0.0
+    task_limit_exceeded: int = 0  # tasks counted when the process limit was enforced by the parent (0: never)
+
+
+class _SandboxTasks:
+    """Counts the tasks (processes and threads) in a boundary child's PID namespace.
+
+    The process limit where RLIMIT_NPROC does not apply: the kernel exempts uid 0 from it, and when kforge runs as
+    root the boundary's uid maps to root. One scan of /proc costs about 1 ms for 100 processes; it runs every
+    `_TASK_POLL_S`, so a fork bomb is stopped within about that time.
+    """
+
+    def __init__(self, leader_pid: int) -> None:
+        self.leader = leader_pid
+        self.own_ns = os.readlink("/proc/self/ns/pid")
+        self.ns: str | None = None
+
+    def _find_namespace(self) -> str | None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+                if ppid == self.leader:
+                    ns = os.readlink(f"/proc/{entry.name}/ns/pid")
+                    if ns != self.own_ns:
+                        return ns
+            except (OSError, ValueError, IndexError):
+                continue
+        return None
+
+    def count(self) -> int:
+        if self.ns is None:
+            self.ns = self._find_namespace()
+            if self.ns is None:
+                return 0
+        total = 0
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") == self.ns:
+                    total += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue
+        return total
+
+
+_TASK_POLL_S = 0.1
 
 
 def _run_child(
@@ -323,7 +401,10 @@ def _run_child(
     timeout_s: float,
     cancel_event: threading.Event | None,
     registry: ProcessRegistry | None,
+    task_limit: int | None = None,
 ) -> _Outcome:
+    """Run the child to its end, the timeout or a cancel; `task_limit`: kill it past that many tasks in its PID
+    namespace (boundary runs as root, see `_SandboxTasks`)."""
     start = time.monotonic()
     with open(folder / protocol.STDOUT_FILE, "wb") as out, open(folder / protocol.STDERR_FILE, "wb") as err:
         process = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -331,9 +412,17 @@ def _run_child(
     registries = [_ALL_CHILDREN] + ([registry] if registry is not None and registry is not _ALL_CHILDREN else [])
     tracked = [(r, r.add(process)) for r in registries]
     outcome = _Outcome(returncode=None, pid=process.pid)
+    tasks = _SandboxTasks(process.pid) if task_limit else None
+    next_count = start
     try:
         deadline = start + timeout_s
         while not _exited(process.pid):
+            if tasks is not None and time.monotonic() >= next_count:
+                next_count = time.monotonic() + _TASK_POLL_S
+                counted = tasks.count()
+                if counted > task_limit:  # type: ignore[operator]
+                    outcome.task_limit_exceeded = counted
+                    break
             if any(c.cancelled for _, c in tracked):
                 outcome.cancelled, outcome.cancel_reason = True, "killed by kill_all"
                 break
@@ -402,7 +491,10 @@ _SIGNAL_HINTS = {
 }
 
 
-def _classify(outcome: _Outcome, folder: Path, timeout_s: float) -> dict[str, Any]:
+def _classify(outcome: _Outcome, folder: Path, timeout_s: float, *, exit_codes_carry_signals: bool = False
+              ) -> dict[str, Any]:
+    """The status from how the child ended. bwrap reports a child killed by signal N as exit code 128 + N
+    (`exit_codes_carry_signals`)."""
     stdout = _read_tail(folder / protocol.STDOUT_FILE)
     stderr = _read_tail(folder / protocol.STDERR_FILE)
     fields: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
@@ -412,11 +504,17 @@ def _classify(outcome: _Outcome, folder: Path, timeout_s: float) -> dict[str, An
         details.update(cancelled=True, reason=outcome.cancel_reason)
         return {**fields, "status": "timeout", "message": f"run cancelled ({outcome.cancel_reason})",
                 "details": details}
+    if outcome.task_limit_exceeded:
+        details.update(limit="processes", tasks=outcome.task_limit_exceeded)
+        return {**fields, "status": "crash", "message": f"killed: {outcome.task_limit_exceeded} processes/threads, "
+                "over the sandbox's process limit", "details": details}
     if outcome.timed_out:
         details.update(cancelled=False, timeout_s=timeout_s)
         return {**fields, "status": "timeout", "message": f"no result within {timeout_s:g} s; the child was killed",
                 "details": details}
     code = outcome.returncode
+    if exit_codes_carry_signals and code is not None and 128 < code < 128 + 65:
+        code = -(code - 128)
     result_path = folder / protocol.RESULT_FILE
     if code is not None and code < 0:
         name = _signal_name(-code)

@@ -1,6 +1,20 @@
-"""What screening allows and refuses in a candidate kernel file: the documented allow- and deny-lists.
+"""What screening allows and refuses in a candidate kernel file: the documented allow-lists (and the reasons
+given for the most common refusals).
 
-The policy is default-deny wherever it can be:
+The policy is an allow-list (issue 9: a deny-list was walked around through the Triton function object's capture
+scope, `InterpretedFunction.rewrite()`, names never imported and `str.format`). A file may use only:
+
+* Names it binds itself (imports, definitions, assignments, parameters) and the builtins in `SAFE_BUILTINS`; any
+  other name (`os` never imported, `type`, `object`, `format`, `vars`, the `getattr` family) is refused.
+* On values screening cannot type (tensors, dtypes, devices, containers...): the attributes in `HOST_ATTRIBUTES`
+  (host code) or the language's device attributes (e.g. Triton's tensor methods inside `@triton.jit` code); on
+  `self` in the file's own classes, any non-dunder attribute. Function internals (`get_capture_scope`, `rewrite`,
+  `fn`, `src`), formatting (`format`, `format_map`) and reflection are therefore refused.
+* Attribute assignment only on `self`; no string constant spelling a dunder (`d["__builtins__"]`, `"__glob" +
+  "als__"`).
+* From allowed pure-Python modules, the helpers in `PLAIN_MODULE_ALLOWED` ("named math helpers").
+
+Within that, module references are judged as follows:
 
 * Imports: only the modules in `ALLOWED_IMPORT_ROOTS` (plus a language's own, e.g. `triton`). Everything else
   (`os`, `sys`, `subprocess`, `socket`, `ctypes`, `threading`, `inspect`, `gc`, `importlib`, `time`, `pathlib`...)
@@ -13,13 +27,15 @@ The policy is default-deny wherever it can be:
   except the view, copy, allocation and metadata methods in `TENSOR_METHODS_ALLOWED`. The `@` operator is refused
   outside device code. Plain arithmetic operators cannot be told apart from integer grid arithmetic statically and are
   allowed (the numeric oracle and benchmark judge them).
-* Builtins that reach outside the file or run code: `BANNED_BUILTINS`; `getattr` only with a constant, allowed name.
+* Builtins that reach outside the file or run code: `BANNED_BUILTINS` (named reasons); the `getattr` family
+  (`GETATTR_FAMILY`) always.
 * Attributes: dunders other than `SAFE_DUNDERS`, frame attributes (`f_back`, `f_locals`...), and the tensor-hack
   attributes in `BANNED_ATTRIBUTES`.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import inspect
@@ -34,8 +50,13 @@ __all__ = [
     "BANNED_BUILTINS",
     "CALL_ONLY_METHODS",
     "FRAME_ATTRIBUTES",
+    "GETATTR_FAMILY",
+    "HOST_ATTRIBUTES",
     "IMPORT_CATEGORIES",
+    "PLAIN_MODULE_ALLOWED",
+    "SAFE_BUILTINS",
     "SAFE_DUNDERS",
+    "SAFE_DUNDER_STRINGS",
     "TENSOR_METHODS_ALLOWED",
     "TORCH_ALLOWED",
     "forbidden_tensor_methods",
@@ -203,6 +224,44 @@ BANNED_ATTRIBUTES: dict[str, str] = {
 }
 
 
+# Builtins a kernel file may name (pure helpers, containers, numbers, `type` for `type(x) is tuple`, exceptions);
+# attributes of what they return pass the attribute allow-list like any other value. Every other builtin (getattr,
+# setattr, hasattr, vars, globals, object, format, open, eval, __import__, ...) is refused.
+SAFE_BUILTINS: frozenset[str] = frozenset(
+    """abs all any bool dict divmod enumerate filter float frozenset int isinstance issubclass iter len list map max
+    min next pow print range repr reversed round set slice sorted str sum tuple zip super property staticmethod
+    classmethod callable chr ord hex bin oct hash complex type NotImplemented Ellipsis""".split()
+) | frozenset(
+    name for name in dir(builtins)
+    if isinstance(getattr(builtins, name), type) and issubclass(getattr(builtins, name), Exception)
+)
+
+# Builtins that read or write attributes by a (computed) name: refused as calls and as values.
+GETATTR_FAMILY: frozenset[str] = frozenset({"getattr", "setattr", "delattr", "hasattr"})
+
+# Attributes a kernel's host code may read on objects screening cannot type (tensors, devices, dtypes, finfo,
+# device properties, containers, strings, numbers, Triton autotuners and configs). Any other attribute of such an
+# object is refused (function internals such as `get_capture_scope`, `rewrite`, `fn`, `src`; `format`).
+HOST_ATTRIBUTES: frozenset[str] = frozenset(
+    """shape dtype device ndim is_cuda is_cpu is_meta layout requires_grad itemsize nbytes T mT is_sparse
+    is_quantized is_leaf
+    type index
+    is_signed
+    eps max min tiny bits resolution smallest_normal
+    multi_processor_count total_memory name major minor warp_size max_threads_per_multi_processor
+    regs_per_multiprocessor L2_cache_size shared_memory_per_block shared_memory_per_block_optin
+    shared_memory_per_multiprocessor gcnArchName is_integrated is_multi_gpu_board
+    get items keys values append extend pop popitem setdefault update copy insert count sort reverse add discard
+    remove clear union intersection difference issubset issuperset
+    join split rsplit startswith endswith lower upper strip lstrip rstrip replace isdigit
+    real imag bit_length is_integer numerator denominator conjugate
+    best_config kwargs num_warps num_stages num_ctas cache_clear cache_info""".split()
+) | TENSOR_METHODS_ALLOWED
+
+# String constants that may look like dunders (everything else spelled `__x__` is refused: `d["__builtins__"]`).
+SAFE_DUNDER_STRINGS: frozenset[str] = frozenset({"__main__"})
+
+
 @functools.cache
 def forbidden_tensor_methods() -> frozenset[str]:
     """Public callables of `torch.Tensor` that are not in `TENSOR_METHODS_ALLOWED` (computed from the live torch)."""
@@ -288,11 +347,32 @@ def leaves_package(qualname: str) -> str | None:
     return None
 
 
+# The names a kernel may use from each allowed pure-Python module ("*": every public top-level name).
+PLAIN_MODULE_ALLOWED: dict[str, frozenset[str] | str] = {
+    "math": "*",
+    "typing": "*",
+    "__future__": frozenset({"annotations"}),
+    "functools": frozenset({"lru_cache", "cache", "partial", "reduce", "wraps", "cached_property", "total_ordering"}),
+    "itertools": frozenset({"product", "chain", "accumulate", "islice", "repeat", "count", "combinations",
+                            "permutations", "zip_longest", "starmap", "pairwise", "groupby"}),
+    "dataclasses": frozenset({"dataclass", "field", "replace"}),
+    "collections": frozenset({"namedtuple", "OrderedDict", "defaultdict", "deque", "Counter"}),
+    "enum": frozenset({"Enum", "IntEnum", "auto", "unique"}),
+    "numbers": frozenset({"Number", "Integral", "Real"}),
+    "abc": frozenset({"ABC", "abstractmethod"}),
+}
+
+
 def plain_module_problem(qualname: str) -> str | None:
     """Why a reference into an allowed pure-Python module (math, functools, typing...) is refused, or None."""
     for name, reason in PLAIN_MODULE_DENIED.items():
         if _matches(qualname, name):
             return f"{qualname} {reason}"
+    parts = qualname.split(".")
+    allowed = PLAIN_MODULE_ALLOWED.get(parts[0])
+    if allowed is not None and len(parts) >= 2 and allowed != "*" and parts[1] not in allowed:
+        return (f"{qualname} is not on the allow-list of {parts[0]} helpers "
+                f"({', '.join(sorted(allowed))})")
     if any(p.startswith("_") and p not in SAFE_DUNDERS for p in qualname.split(".")[1:]):
         return f"{qualname} is a private internal"
     escaped = leaves_package(qualname)

@@ -2,14 +2,20 @@
 
 `analyse_python(source, rules, function_name)` parses the source, tracks every way a module or function can be
 renamed (`import torch.nn.functional as G`, `from torch import softmax as s`, `t = torch`, `getattr(torch, "x")`),
-and reports each refused construct with its line. It also returns the facts a language needs for its structural
-checks (top-level functions, device-code functions, kernel launches). Language-specific parts (which modules the
-language adds, which decorators mark device code, how the language's own names are judged) come in `PythonRules`.
+and reports each refused construct with its line. Beyond module references it is an allow-list (see
+`agent.screening.policy`): names must be bound by the file or be allowed builtins, attributes of untyped values must
+be on the host or device allow-list (any on `self`), attributes are assigned only on `self`, and no string spells a
+dunder. It also returns the facts a language needs for its structural checks (top-level functions, device-code
+functions, kernel launches, including kernels kept in a per-shape cache and unpacked before the launch).
+Language-specific parts (which modules the language adds, which decorators mark device code, how the language's
+own names are judged, which attributes device code may read) come in `PythonRules`.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +39,8 @@ class PythonRules:
     device code (e.g. `triton.jit`); tensor-method and `@` rules do not apply inside device code. `torch_allowed`:
     an extra predicate over `torch.*` qualnames a screening mode may also use and subclass (module problems allow
     `torch.nn` layer classes and `torch.nn.init`, to build the same parameters as the reference model).
+    `device_attributes`: the attributes device code may read on values screening cannot type (e.g. the public
+    methods of Triton's tensor and dtype); host code gets `policy.HOST_ATTRIBUTES`.
     """
 
     extra_import_roots: frozenset[str] = frozenset()
@@ -40,6 +48,7 @@ class PythonRules:
     torch_allowed: Callable[[str], bool] | None = None
     namespaces: frozenset[str] = frozenset()
     device_decorators: frozenset[str] = frozenset()
+    device_attributes: Callable[[], frozenset[str]] | None = None
 
     @property
     def import_roots(self) -> frozenset[str]:
@@ -88,6 +97,51 @@ def _text(node: ast.AST) -> str:
 
 def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and len(name) > 4
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_DUNDER_STRING = re.compile(r"^__\w+__$")
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _folded_string(node: ast.AST) -> str | None:
+    """The value of a string built only from constants (`"__glob" + "als__"`, f-strings of constants), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _folded_string(node.left), _folded_string(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_folded_string(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
+        return "".join(parts) if all(p is not None for p in parts) else None  # type: ignore[arg-type]
+    return None
+
+
+def _scope_bindings(body: Iterable[ast.AST]) -> set[str]:
+    """Names a block of statements binds in its own scope (not inside nested functions, classes, lambdas or
+    comprehensions, whose names are their own)."""
+    names: set[str] = set()
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            todo.extend(node.decorator_list)
+            continue
+        if isinstance(node, (ast.Lambda, *_COMPREHENSIONS)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
+        todo.extend(ast.iter_child_nodes(node))
+    return names
 
 
 class _Analyser:
@@ -195,6 +249,10 @@ class _Analyser:
                 self.parents[id(child)] = parent
         self.collect_aliases()
         self.collect_device_code()
+        self.module_names = _scope_bindings(self.tree.body)
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Global):
+                self.module_names.update(node.names)
         for node in ast.walk(self.tree):
             self.visit(node)
 
@@ -293,6 +351,8 @@ class _Analyser:
                           "kernel must compute the product itself")
         elif isinstance(node, ast.ClassDef):
             self.check_class(node)
+        elif isinstance(node, (ast.Constant, ast.BinOp, ast.JoinedStr)):
+            self.check_string(node)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if node.name in {"__torch_function__", "__torch_dispatch__"}:
                 self.flag(node.name, node, f"defines {node.name}, a tensor-subclass hook (lazy or fake tensors); "
@@ -328,20 +388,52 @@ class _Analyser:
 
     def check_name(self, node: ast.Name) -> None:
         name = node.id
-        if isinstance(node.ctx, ast.Load) and (name in policy.BANNED_BUILTINS or name == "getattr"):
-            if name not in self.aliases and not self.is_function_local(name, node):
-                if name == "getattr":
-                    if not self._is_called(node):
-                        self.flag("getattr", node, "getattr used as a value; call getattr directly with a constant "
-                                  "name")
-                else:
-                    self.flag(f"{name}()", node, f"{name} is {policy.BANNED_BUILTINS[name]}; not allowed in kernels")
+        load = isinstance(node.ctx, ast.Load)
+        if load and name in _BUILTIN_NAMES and name not in policy.SAFE_BUILTINS and name not in self.aliases:
+            if not self.is_function_local(name, node):  # `eval = eval` at module level still reads the builtin
+                self.flag_builtin(name, node)
                 return
         if _is_dunder(name) and name not in policy.SAFE_DUNDERS:
             self.flag(name, node, f"{name} is an interpreter internal; not allowed in kernels")
             return
-        if isinstance(node.ctx, ast.Load) and name in self.aliases:
+        if load and name not in _BUILTIN_NAMES and not self.is_bound(name, node):
+            self.flag(name, node, f"`{name}` is not defined in the file (not imported, assigned, defined or a "
+                      "parameter); kernels may use only names they bind and the allowed builtins")
+            return
+        if load and name in self.aliases:
             self.check_chain(node)
+
+    def flag_builtin(self, name: str, node: ast.AST) -> None:
+        if name in policy.GETATTR_FAMILY:
+            construct = name if name == "getattr" else f"{name}()"
+            self.flag(construct, node, f"{name} reads or writes attributes by name (getattr, setattr, delattr, "
+                      "hasattr are refused); use attribute access with a fixed name")
+        elif name in policy.BANNED_BUILTINS:
+            self.flag(f"{name}()", node, f"{name} is {policy.BANNED_BUILTINS[name]}; not allowed in kernels")
+        else:
+            self.flag(f"{name}()", node, f"{name} is not on the allow-list of builtins kernels may use "
+                      "(containers, numbers, len/range/zip/min/max..., isinstance, exceptions)")
+
+    def is_bound(self, name: str, node: ast.AST) -> bool:
+        """Whether `name` at `node` is bound by the file: in an enclosing function, lambda or comprehension, in the
+        class body it sits in directly, or at module level."""
+        child, parent = node, self.parent(node)
+        in_function = False
+        while parent is not None:
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                body = parent.body if isinstance(parent.body, list) else [parent.body]
+                if any(child is stmt for stmt in body):
+                    if name in self._local_names(parent):
+                        return True
+                    in_function = True
+            elif isinstance(parent, _COMPREHENSIONS):
+                if any(name in _scope_bindings([g.target]) for g in parent.generators):
+                    return True
+            elif isinstance(parent, ast.ClassDef) and not in_function and any(child is stmt for stmt in parent.body):
+                if name in _scope_bindings(parent.body):
+                    return True
+            child, parent = parent, self.parent(parent)
+        return name in self.module_names
 
     def check_attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
@@ -361,9 +453,54 @@ class _Analyser:
                 target = sorted(self.resolve(node) or {_text(node)})[0]
                 self.flag(target, node, f"assignment to `{_text(node)}` ({target}) patches a module attribute "
                           "(monkey-patching); not allowed")
+            elif not self._is_self_chain(node):
+                self.flag(f".{attr}", node, f"assignment to `{_text(node)}` sets .{attr} on an object the file does "
+                          "not own; kernels may set attributes only on `self` in their own classes")
             return
         if isinstance(node.ctx, ast.Load):
-            self.check_chain(node)
+            if self.resolve(node) is not None:
+                self.check_chain(node)
+            elif not (self._is_getattr_call(self.parent(node)) and self.parent(node).args[0] is node):  # type: ignore
+                self.check_value_attribute(attr, node, called=self._is_called(node))
+
+    def _is_self_chain(self, node: ast.Attribute) -> bool:
+        """`self.<...>` where `self` is the first parameter of a method of a class defined in the file."""
+        root = self._chain_root(node)
+        if root is None:
+            return False
+        parent = self.parent(root)
+        while parent is not None:
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = [*parent.args.posonlyargs, *parent.args.args]
+                return (isinstance(self.parent(parent), ast.ClassDef) and bool(args) and args[0].arg == root.id
+                        and root.id in self._local_names(parent) and not any(
+                            isinstance(n, ast.Name) and n.id == root.id and isinstance(n.ctx, ast.Store)
+                            for n in ast.walk(parent)))
+            if isinstance(parent, ast.Lambda):
+                return False
+            parent = self.parent(parent)
+        return False
+
+    def _is_super_call(self, node: ast.AST) -> bool:
+        """`super()` (not rebound): its attributes are the file's own class's bases' methods."""
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+                and not self.is_bound("super", node))
+
+    def check_value_attribute(self, attr: str, node: ast.AST, *, called: bool) -> None:
+        """An attribute of a value screening cannot type: PyTorch ops are refused by name, then only the
+        allow-listed attributes pass (host: `policy.HOST_ATTRIBUTES`; device code: the language's)."""
+        if self.check_method(attr, node, called=called):
+            return
+        if isinstance(node, ast.Attribute) and (self._is_self_chain(node) or self._is_super_call(node.value)):
+            return
+        if self.in_device_code(node) and self.rules.device_attributes is not None:
+            allowed, where = self.rules.device_attributes(), "device-code attributes"
+        else:
+            allowed, where = policy.HOST_ATTRIBUTES, "attributes host code may read (tensor metadata and views, " \
+                "dtype/device/finfo fields, device properties, container and string methods)"
+        if attr not in allowed:
+            self.flag(f".{attr}", node, f"`{_text(node)}` reads .{attr}, which is not on the allow-list of {where}; "
+                      "function internals, formatting and reflection are refused")
 
     def _chain_root(self, node: ast.AST) -> ast.AST | None:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -402,7 +539,7 @@ class _Analyser:
                 self.check_resolved(qualname, node)
             return
         if isinstance(node, ast.Attribute):
-            self.check_method(node.attr, node, called=self._is_called(node))
+            self.check_value_attribute(node.attr, node, called=self._is_called(node))
 
     def check_resolved(self, qualname: str, node: ast.AST) -> None:
         if self.is_namespace(qualname):
@@ -461,27 +598,30 @@ class _Analyser:
                 if self.is_namespace(prefix):
                     continue
                 if self.reference_problem(prefix) is None:
-                    self.check_method(parts[-1], node, called=self._is_called(node))
+                    for j, part in enumerate(parts[i:], start=i):
+                        self.check_value_attribute(part, node, called=j == len(parts) - 1 and self._is_called(node))
                     return
                 break
         problem = self.reference_problem(qualname)
         if problem:
             self.flag(qualname, node, f"{spelled}: {problem}")
 
-    def check_method(self, attr: str, node: ast.AST, *, called: bool) -> None:
-        """`<tensor>.<attr>` on an object screening cannot type: refuse PyTorch tensor ops outside device code."""
+    def check_method(self, attr: str, node: ast.AST, *, called: bool) -> bool:
+        """`<tensor>.<attr>` on an object screening cannot type: refuse PyTorch tensor ops outside device code.
+        Returns whether it flagged."""
         if self.in_device_code(node):
-            return
+            return False
         is_reference_op = bool(self.function_name) and attr == self.function_name
         if attr not in policy.forbidden_tensor_methods() and not is_reference_op:
-            return
+            return False
         if attr in policy.CALL_ONLY_METHODS and not called:
-            return
+            return False
         if attr in {"max", "min"} and isinstance(node, ast.Attribute) and self._is_finfo(node.value):
-            return
+            return False
         what = "the reference op itself" if is_reference_op else "a PyTorch tensor op"
         self.flag(f".{attr}", node, f"`{_text(node)}` calls .{attr}, {what}; the kernel must compute the result "
                   "itself")
+        return True
 
     def _is_finfo(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Name):
@@ -512,7 +652,21 @@ class _Analyser:
             for qualname in sorted(qualnames):
                 self.check_resolved(qualname, node)
         else:
-            self.check_method(attr, node, called=self._is_called(node))
+            self.check_value_attribute(attr, node, called=self._is_called(node))
+
+    def check_string(self, node: ast.AST) -> None:
+        """A string spelling a dunder name (`d["__builtins__"]`, `"__glob" + "als__"`): the key to an interpreter
+        internal, refused wherever it appears (only the outermost expression that builds it is reported)."""
+        parent = self.parent(node)
+        if isinstance(parent, (ast.BinOp, ast.JoinedStr, ast.FormattedValue)) and _folded_string(parent) is not None:
+            return
+        value = _folded_string(node)
+        if value is None or not _DUNDER_STRING.match(value):
+            return
+        if value in policy.SAFE_DUNDERS or value in policy.SAFE_DUNDER_STRINGS:
+            return
+        self.flag(repr(value), node, f"the string {value!r} names an interpreter internal (looking up or "
+                  "subscripting dunder names is refused)")
 
     def check_class(self, node: ast.ClassDef) -> None:
         for base in node.bases:
@@ -523,6 +677,23 @@ class _Analyser:
                               "tensor subclasses, modules or autograd functions")
 
     # -- facts --------------------------------------------------------------------------------------------
+    def _device_functions_stored(self) -> bool:
+        """Whether a device function is used as a value inside a container (tuple, list, dict, set)."""
+        containers = (ast.Tuple, ast.List, ast.Dict, ast.Set)
+        return any(isinstance(n, ast.Name) and n.id in self.device_functions and isinstance(n.ctx, ast.Load)
+                   and isinstance(self.parent(n), containers) for n in ast.walk(self.tree))
+
+    @staticmethod
+    def _unpacked_names(node: ast.AST) -> set[str]:
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = [t for t in node.targets if isinstance(t, (ast.Tuple, ast.List))]
+            if isinstance(node.value, ast.Subscript):
+                targets += [t for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            targets = [node.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
     def facts(self) -> PythonAnalysis:
         analysis = PythonAnalysis(self.tree, self.violations)
         for stmt in self.tree.body:
@@ -533,6 +704,11 @@ class _Analyser:
             for target, value in self._simple_bindings(node):
                 if any(isinstance(n, ast.Name) and n.id in self.device_functions for n in ast.walk(value)):
                     analysis.device_holders.add(target)
+        if self._device_functions_stored():
+            # Kernels kept in containers (a per-shape cache: `kern, grid, meta = cfg; kern[grid](...)`): any name
+            # bound by unpacking, a loop or a subscript may hold one.
+            for node in ast.walk(self.tree):
+                analysis.device_holders.update(self._unpacked_names(node))
         launchable = analysis.device_functions | analysis.device_holders
         for name, fn in analysis.functions.items():
             launches, calls = False, set()

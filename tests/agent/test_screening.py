@@ -502,3 +502,137 @@ class ModelNew(nn.Module):
     assert any(v.construct == "ModelNew" for v in language.screen_module(no_model))
     # the function-kernel policy is unchanged: layers stay refused there
     assert language.screen(good, "relu")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Allow-list screening (issue 9): the gadgets that walked around the deny-list
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("header", "snippet", "construct"),
+    [
+        # module globals through the Triton function object
+        ("", "os = _relu_kernel.get_capture_scope()['__builtins__']['__import__']('os')", ".get_capture_scope"),
+        ("", "os = _relu_kernel.get_capture_scope()['__builtins__']['__import__']('os')", "'__builtins__'"),
+        ("", "os = _relu_kernel.get_capture_scope()['__builtins__']['__import__']('os')", "'__import__'"),
+        # InterpretedFunction.rewrite() then a bare module name in the rewritten body
+        ("", "f = _relu_kernel.rewrite()", ".rewrite"),
+        ("def _evil():\n    return os.system('id')\n", "pass", "os"),
+        # a bare module name never bound by an import
+        ("", "os.system('id')", "os"),
+        ("", "sys.modules['os'].system('id')", "sys"),
+        # formatting reaches attributes
+        ("", "leak = '{0.__globals__}'.format(kernel_function)", ".format"),
+        ("", "leak = str.format('{0.__globals__}', kernel_function)", ".format"),
+        ("", "leak = '{f.__globals__}'.format_map({'f': kernel_function})", ".format_map"),
+        ("", "leak = format(kernel_function, '')", "format()"),
+        # attribute assignment on objects reached through a call
+        ("", "type(x).any = lambda *a: True", ".any"),
+        ("", "type(x).__dict__['relu'](x)", ".__dict__"),
+        ("", "m = type(x).mro()", ".mro"),
+        ("", "x.storage().foo = 1", ".foo"),
+        # the getattr family, including computed dunders
+        ("", "g = getattr(x, '__glob' + 'als__')", "getattr"),
+        ("", "g = getattr(x, '__glob' + 'als__')", "'__globals__'"),
+        ("", "ok = hasattr(x, 'shape')", "hasattr()"),
+        ("", "v = vars()", "vars()"),
+        ("", "v = globals()['__builtins__']", "globals()"),
+        ("", "v = kernel_function.__globals__", ".__globals__"),
+        # subscripting with dunder strings
+        ("", "b = {}.get('__builtins__')", "'__builtins__'"),
+        ("", "b = kernel_function.__dict__", ".__dict__"),
+        ("", "key = f\"__{'import'}__\"", "'__import__'"),
+        # function objects' internals
+        ("", "src = _relu_kernel.src", ".src"),
+        ("", "fn = _relu_kernel.fn", ".fn"),
+        ("", "cache = _relu_kernel.cache", ".cache"),
+        ("", "o = object()", "object()"),
+        # helpers of allowed modules outside their allow-list
+        ("import functools", "h = functools.singledispatch", "functools.singledispatch"),
+    ],
+)
+def test_allow_list_refuses_the_gadgets(header: str, snippet: str, construct: str) -> None:
+    found = assert_refused(with_body(snippet, header), construct)
+    assert found.message
+
+
+def test_allowed_attributes_names_and_self_pass() -> None:
+    source = with_body(
+        """
+        meta = {"BLOCK": 128}
+        meta.update(num_warps=4)
+        sizes = [d for d in x.shape if d > 0]
+        info = torch.finfo(x.dtype)
+        eps, big = info.eps, info.max
+        dev = x.device.type + str(x.device.index)
+        for key, value in sorted(meta.items()):
+            del key, value
+        assert isinstance(x, torch.Tensor) and len(sizes) == x.ndim and x.dtype.itemsize > 0
+        assert type(sizes) is list
+        """
+    )
+    assert screen_source(source, "relu") == []
+
+
+def test_a_per_shape_kernel_cache_passes() -> None:
+    source = CLEAN.replace("def kernel_function(input, inplace=False):", textwrap.dedent(
+        """
+        _CACHE = {}
+
+
+        def _config(x):
+            key = (tuple(x.shape), x.dtype)
+            cfg = _CACHE.get(key)
+            if cfg is None:
+                cfg = (_relu_kernel, (triton.cdiv(x.numel(), 128),), {"BLOCK": 128, "num_warps": 4})
+                _CACHE[key] = cfg
+            return cfg
+
+
+        def kernel_function(input, inplace=False):""").lstrip("\n"))
+    source = source.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n",
+                            "    kern, grid, meta = _config(x)\n    kern[grid](x, y, n, **meta)\n")
+    assert "kern[grid]" in source
+    assert screen_source(source, "relu") == []
+
+
+def _honest_corpus() -> list[tuple[str, str, str]]:
+    """(label, function, source) for every honest kernel the project holds: the agent's examples, the test kernels
+    and every kernel in the recorded LLM replies (cassettes)."""
+    import json
+    from pathlib import Path
+
+    from agent.replies import extract_code
+    from tests.agent import kernels
+
+    root = Path(__file__).resolve().parents[2]
+    corpus = [("examples/triton_example.py", "silu", (root / "agent/examples/triton_example.py").read_text()),
+              ("examples/module_example.py", "", (root / "agent/examples/module_example.py").read_text()),
+              ("kernels.SILU_OK", "silu", kernels.SILU_OK), ("kernels.SILU_WRONG", "silu", kernels.SILU_WRONG),
+              ("kernels.SILU_HANG", "silu", kernels.SILU_HANG),
+              ("kernels.RMS_NORM_OK", "rms_norm", kernels.RMS_NORM_OK),
+              ("kernels.SILU_COMPILE_ERROR", "silu", kernels.SILU_COMPILE_ERROR)]
+    cassettes = [root / "evals/cassettes/demo_h200.jsonl", *sorted((root / "tests/evals/cassettes").glob("*.jsonl")),
+                 *sorted((root / "agent/cassettes").glob("*.jsonl"))]
+    for path in cassettes:
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            record = json.loads(line)
+            extracted = extract_code(record["response"]["text"])
+            if extracted is not None:
+                corpus.append((f"{path.name}:{number}", record["tag"], extracted.code))
+    return corpus
+
+
+HONEST = _honest_corpus()
+
+
+@pytest.mark.parametrize(("label", "function", "source"), HONEST, ids=[label for label, _, _ in HONEST])
+def test_every_honest_kernel_passes_the_allow_list(label: str, function: str, source: str) -> None:
+    language = get_language("triton")
+    violations = language.screen_module(source) if "class ModelNew" in source else language.screen(source, function)
+    assert violations == [], f"{label}:\n{format_violations(violations)}"
+
+
+def test_the_honest_corpus_holds_the_cassette_kernels() -> None:
+    labels = [label for label, _, _ in HONEST]
+    assert sum("demo_h200" in label for label in labels) == 3
+    assert sum("smoke" in label for label in labels) >= 6

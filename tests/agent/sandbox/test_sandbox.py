@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.sandbox import SandboxPool, kill_all, live_process_groups, network_isolation, run_candidate
+from agent.sandbox import (
+    IsolationLevel,
+    SandboxPool,
+    boundary_isolation,
+    kill_all,
+    live_process_groups,
+    network_isolation,
+    run_candidate,
+)
 from forge.checking import KernelUtils
 from forge.samples import Sample, TensorSpec
 
@@ -95,7 +103,7 @@ def test_correct_kernel_is_ok_with_candidate_and_baseline_timings(tmp_path, monk
         assert timing is not None and timing["median_ms"] > 0 and timing["runs"] >= 3 and timing["device"] == "cpu"
     assert result.speedup is not None and result.speedup > 0
     assert "hello from the candidate" in result.stdout
-    assert result.isolation in {"netns", "none"} and result.isolation_reason
+    assert result.isolation is IsolationLevel.BOUNDARY and "bubblewrap" in result.isolation_reason
     assert result.source_path is None
     assert not list(tmp_path.glob("kforge-sandbox-*")), "the run folder must be removed when not kept"
     assert result.to_dict()["status"] == "ok"
@@ -113,10 +121,10 @@ def test_workdir_keeps_the_artifacts(tmp_path) -> None:
 
 
 def test_syntax_error_is_a_compile_error_and_nothing_runs(tmp_path) -> None:
-    marker = tmp_path / "ran"
-    source = relu_with(header=f"open({str(marker)!r}, 'w').close()").replace(
+    marker = tmp_path / "run" / "ran"  # the run folder is the child's working directory
+    source = relu_with(header="open('ran', 'w').close()").replace(
         "def kernel_function(input, inplace=False):", "def kernel_function(input, inplace=False)")
-    result = run(source)
+    result = run(source, workdir=tmp_path / "run")
     assert result.status == "compile_error"
     assert "syntax error" in result.message and "expected ':'" in result.message
     assert result.details["phase"] == "screening"
@@ -157,10 +165,10 @@ def test_exception_in_the_wrapper_is_a_runtime_error() -> None:
     ],
 )
 def test_forbidden_candidate_never_runs(tmp_path, body: str, header: str, construct: str) -> None:
-    marker = tmp_path / "ran"
-    # Were it run, the candidate would create the marker at import.
-    source = relu_with(body + "\nreturn y", header + f"\ntorch.save(1, {str(marker)!r})")
-    result = run(source)
+    marker = tmp_path / "run" / "ran"
+    # Were it run, the candidate would create the marker at import (in its run folder, its working directory).
+    source = relu_with(body + "\nreturn y", header + "\ntorch.save(1, 'ran')")
+    result = run(source, workdir=tmp_path / "run")
     assert result.status == "forbidden"
     assert construct in [v["construct"] for v in result.details["violations"]]
     assert construct.lstrip(".") in result.message
@@ -169,9 +177,9 @@ def test_forbidden_candidate_never_runs(tmp_path, body: str, header: str, constr
 
 def test_the_marker_route_does_run_when_screening_is_off(tmp_path) -> None:
     """Shows the marker proves something: the same forbidden candidate, unscreened, runs and writes it."""
-    marker = tmp_path / "ran"
-    source = relu_with("y = torch.relu(x)\nreturn y", f"torch.save(1, {str(marker)!r})")
-    result = run(source, screen=False)
+    marker = tmp_path / "run" / "ran"
+    source = relu_with("y = torch.relu(x)\nreturn y", "torch.save(1, 'ran')")
+    result = run(source, screen=False, workdir=tmp_path / "run")
     assert marker.exists()
     assert result.status == "ok"  # a PyTorch fallback is numerically right: only screening stops it
 
@@ -185,8 +193,9 @@ def test_hanging_kernel_times_out_and_its_process_group_is_gone() -> None:
 
 
 def test_segfault_is_a_crash_with_the_signal_and_the_parent_goes_on() -> None:
-    # Screening refuses `import os`, so the crash path is exercised with screening off (unsafe, tests only).
-    source = relu_with("os.kill(os.getpid(), signal.SIGSEGV)", "import os\nimport signal")
+    # Screening refuses `import ctypes`, so the crash path is exercised with screening off (unsafe, tests only).
+    # A real fault: inside the boundary the child is PID 1 of its namespace, which ignores a self-sent SIGSEGV.
+    source = relu_with("ctypes.string_at(0)", "import ctypes")
     result = run(source, screen=False)
     assert result.status == "crash"
     assert result.details["signal"] == "SIGSEGV" and result.details["signal_number"] == signal.SIGSEGV
@@ -252,8 +261,7 @@ def test_child_sees_no_secrets_and_no_network(monkeypatch, listener) -> None:
     keys = next(line for line in result.stdout.splitlines() if line.startswith("ENVKEYS")).split(" ", 1)[1]
     assert not any(k in keys for k in ("KEY", "TOKEN", "SECRET"))
     assert "HOME /" in result.stdout and "kforge-sandbox-" in result.stdout
-    if result.isolation != "netns":
-        pytest.skip(f"this host gives no network namespace: {result.isolation_reason}")
+    assert result.isolation is IsolationLevel.BOUNDARY
     assert "NET blocked" in result.stdout
 
 
@@ -261,15 +269,19 @@ def test_without_isolation_the_same_probe_reaches_the_network(listener) -> None:
     """The network check above can fail: with isolation off, the probe connects."""
     result = run(relu_with("_report()", header=_PROBE.format(port=listener)), screen=False, isolation="none")
     assert result.status == "ok"
-    assert result.isolation == "none" and "isolation='none'" in result.isolation_reason
+    assert result.isolation is IsolationLevel.NONE and "isolation='none'" in result.isolation_reason
     assert "NET connected" in result.stdout
 
 
-def test_network_isolation_probe_is_cached_and_explained() -> None:
+def test_isolation_probes_are_cached_typed_and_explained() -> None:
     first = network_isolation()
     assert first is network_isolation()
-    assert first.mode in {"netns", "none"} and first.reason
-    assert (first.mode == "netns") == bool(first.prefix)
+    assert first.level in {IsolationLevel.NETWORK, IsolationLevel.NONE} and first.reason
+    assert (first.level is IsolationLevel.NETWORK) == bool(first.prefix)
+    boundary = boundary_isolation()
+    assert boundary is boundary_isolation()
+    assert boundary.level in {IsolationLevel.BOUNDARY, IsolationLevel.NONE} and boundary.reason
+    assert boundary.safe == (boundary.level is IsolationLevel.BOUNDARY)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -344,6 +356,10 @@ def test_bad_arguments_are_clear_errors() -> None:
         run_candidate(RELU, "relu", [])
     with pytest.raises(ValueError, match="isolation must be"):
         run_candidate(RELU, "relu", samples(), isolation="vm")
+    with pytest.raises(ValueError, match="process_limit must be"):
+        run_candidate(RELU, "relu", samples(), process_limit=0)
+    with pytest.raises(ValueError, match="memory_limit_bytes must be"):
+        run_candidate(RELU, "relu", samples(), memory_limit_bytes=-1)
     with pytest.raises(ValueError, match="counts must hold one int"):
         run_candidate(RELU, "relu", samples(), counts=[1, 2])
     with pytest.raises(ValueError, match="looks like a credential"):
