@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from collections.abc import Callable
 
 from agent.llm.config import parse_max_retries, parse_timeout
@@ -50,11 +51,15 @@ def generators_from_args(args: argparse.Namespace) -> list:
         config = LLMConfig.from_env(**overrides)
     except (TypeError, ValueError) as exc:
         raise SystemExit(f"kforge: LLM generator configuration: {exc}") from exc
+    shipped = False
     if not config.is_configured:
         config = _demo_cassette_config(args, config)
+        shipped = config.is_configured
     if not config.is_configured:
         logger.info("no LLM endpoint or cassette configured: kernel generation is off")
         return []
+    if shipped and not getattr(args, "unsafe_sandbox", False):
+        _allow_shipped_demo_without_boundary(args)
     require_sandbox(args)
     return [
         LLMKernelGenerator(
@@ -67,6 +72,19 @@ def generators_from_args(args: argparse.Namespace) -> list:
             functions=_names(args.generate_functions),
         )
     ]
+
+
+def _allow_shipped_demo_without_boundary(args: argparse.Namespace) -> None:
+    """The demo's recorded kernels ship inside kernel-forge itself (as trusted as the package), so where bubblewrap is
+    missing they may run with the weaker isolation, with one warning, instead of making the README's demo fail."""
+    from agent.sandbox.isolation import SandboxUnavailableError, resolve_isolation
+
+    try:
+        resolve_isolation("auto")
+    except SandboxUnavailableError:
+        print("kforge: bubblewrap is not installed: the demo's recorded kernels (shipped with kernel-forge) run with "
+              "weaker isolation; install bubblewrap before generating kernels with a model", file=sys.stderr)
+        args.unsafe_sandbox = True
 
 
 def _demo_cassette_config(args: argparse.Namespace, config):
