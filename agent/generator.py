@@ -185,6 +185,7 @@ class LLMKernelGenerator(KernelGenerator):
         if not devices:
             logger.info("%s: samples of %s hold no tensors", self.name, function)
             return False
+        self.sandbox.isolation()  # SandboxUnavailableError here, before any LLM call is paid for
         return True
 
     def submit(self, function: str, samples: Sequence[Sample]) -> cf.Future[KernelGenerationResult]:

@@ -114,6 +114,21 @@ def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
         LLMKernelGenerator(LLMConfig(model="m", base_url="http://x"), functions=["not_a_function"])
 
 
+def test_prepare_refuses_before_any_llm_call_when_the_sandbox_boundary_is_missing(tmp_path, monkeypatch) -> None:
+    """Without the boundary (and no opt-out) the generator refuses in `prepare`, so no conversation is paid for."""
+    import agent.sandbox.pool as pool_module
+    from agent.sandbox.isolation import SandboxUnavailableError
+
+    def unavailable(*args, **kwargs):
+        raise SandboxUnavailableError("refusing to run generated code: the sandbox boundary is unavailable (test)")
+
+    monkeypatch.setattr(pool_module, "resolve_isolation", unavailable)
+    generator = LLMKernelGenerator(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path),
+                                   functions=["silu"])
+    with pytest.raises(SandboxUnavailableError, match="boundary is unavailable"):
+        generator.prepare("silu", _silu_samples())
+
+
 def test_replay_from_cassette_with_the_server_down(tmp_path) -> None:
     cassette = tmp_path / "silu.jsonl"
     with ScriptedLLMServer([reply(fenced(SILU_WRONG)), reply(fenced(SILU_OK))]) as server:
