@@ -56,8 +56,9 @@ def _device_of(samples: Sequence[Sample]) -> torch.device:
 class ModelRunner:
     """Runs `function` (default: the model) once per sample the way `execution` runs it, with `plan` applied when
     given, and returns the outputs; `close()` removes what it installed. For `compile` with a plan the model is
-    deep-copied and the plan stays applied to the copy (Dynamo guards on the module's hooks: switching them per call
-    would recompile); eager and CUDA-graph runs apply the plan only inside each call."""
+    deep-copied (before the plan is applied: a planned module's forward wrapper must not be copied) and the plan stays
+    applied to the copy, so the compiled code of the two variants never mixes and activation is not switched per call
+    (each switch would re-trace); eager and CUDA-graph runs apply the plan only inside each call."""
 
     def __init__(
         self,

@@ -150,6 +150,9 @@ class KernelOptimizer:
         self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary: pd.DataFrame | None = None
         self._rows: list[dict[str, Any]] = []
+        self._execution = Execution.EAGER  # make_plan sets these three for its run
+        self._compile_options: dict[str, Any] = {}
+        self._timing_utils = self.kernel_utils
 
     # -- sources ------------------------------------------------------------------------------------------
     def _providers_for(self, name: str) -> list[KernelProvider]:
