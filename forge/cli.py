@@ -355,7 +355,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
     )
-    plan = optimizer.make_plan(model, data, execution=args.execution)
+    compile_options = {"mode": args.compile_mode} if args.compile_mode != "default" else {}
+    plan = optimizer.make_plan(model, data, execution=args.execution, compile_options=compile_options)
     _print_table("profile (time per forward pass)", optimizer.profile_summary)
     _print_table("candidates", optimizer.report)
     if optimizer.end_to_end is not None:
@@ -364,7 +365,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     if args.out:
         _save_plan(plan, args.out)
     if args.benchmark:
-        _end_to_end(model, data, plan)
+        _end_to_end(model, data, plan, compile_options)
     return 0
 
 
@@ -381,11 +382,12 @@ def _save_plan(plan: Any, out: str) -> None:
     print(f"\nplan saved to {path}")
 
 
-def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, blocks: int = 6) -> None:
+def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, compile_options: dict[str, Any],
+                blocks: int = 6) -> None:
     """Whole-model latency in every execution mode with and without the plan (`forge.end_to_end`)."""
     from forge.end_to_end import compare_end_to_end
 
-    report = compare_end_to_end(model, data, plan, blocks=blocks)
+    report = compare_end_to_end(model, data, plan, blocks=blocks, compile_options=compile_options)
     _print_table(f"end-to-end latency (one pass over the inputs; {blocks} interleaved blocks; CUDA graphs timed by "
                  "replay, the others host-inclusive; outputs checked against eager)", report.frame())
 
@@ -484,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to save the plan (JSON); its folder must exist (checked before any work)")
     opt.add_argument("--device", default="auto", type=device_argument,
                      help="auto (CUDA when available), cpu, cuda, cuda:N")
+    opt.add_argument("--compile-mode", default="default",
+                     choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+                     help="torch.compile mode of the compile variants (end-to-end check and --benchmark)")
     opt.add_argument("--execution", default="eager", choices=["eager", "cuda_graphs", "compile"],
                      help="how the model will run: eager (host-inclusive timing), cuda_graphs or compile (kernels "
                      "selected on device time; the end-to-end check runs that way). Recorded in the plan")

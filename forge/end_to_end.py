@@ -88,11 +88,22 @@ class ModelRunner:
         self.call = call
         self.__name__ = f"{self.execution.value}{' + plan' if planned else ''}"
 
-    def __call__(self) -> list[Any]:
+    def __call__(self, *, clone: bool = False) -> list[Any]:
+        """One pass over the samples; `clone=True` copies each output before the next call (under
+        `mode="reduce-overhead"` a later call overwrites the outputs of the one before)."""
         if self.runtime is None or self._persistent:
-            return [self.call(*s.args, **s.kwargs) for s in self.samples]
+            return self._run(clone)
         with self.runtime.applied():
-            return [self.call(*s.args, **s.kwargs) for s in self.samples]
+            return self._run(clone)
+
+    def _run(self, clone: bool) -> list[Any]:
+        outputs = []
+        for sample in self.samples:
+            if self.execution is Execution.COMPILE:
+                torch.compiler.cudagraph_mark_step_begin()  # a new iteration for cudagraph trees (no-op otherwise)
+            output = self.call(*sample.args, **sample.kwargs)
+            outputs.append(_clone_tree(output) if clone else output)
+        return outputs
 
     def close(self) -> None:
         if self.runtime is not None:
@@ -303,7 +314,7 @@ def compare_end_to_end(
                 run = ModelRunner(model, samples, execution=execution, plan=plan if with_plan else None,
                                   compile_options=compile_options)
                 with torch.no_grad():
-                    outputs = _graph_outputs(run, device) if execution is Execution.CUDA_GRAPHS else run()
+                    outputs = _graph_outputs(run, device) if execution is Execution.CUDA_GRAPHS else run(clone=True)
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
             except Exception as exc:  # noqa: BLE001 - a variant that cannot run is reported, not raised
