@@ -23,8 +23,11 @@ Design:
   PyTorch for them, which is correct, just not replaced.
 - The implementation re-checks the call's signature with `signature_of` (~1-2 us, paid only by compiled graphs that
   run Python per call, never by CUDA-graph replays): Inductor may hand a custom op inputs with other strides than
-  traced, and a kernel must never see a layout it was not validated on. Mismatches and provider errors run the
-  original function.
+  traced, and a kernel must never see a layout it was not validated on. This re-check is also where storage offset
+  and address alignment are guarded under a tracer (Dynamo can read neither without a graph break and does not
+  guard on the offset, so one graph serves `x` and `x[1:]`): a call whose exact signature is another validated
+  signature of this op with the same promised outputs (the same call at another address class) runs the provider
+  too. Mismatches and provider errors run the original function.
 
 Registering one op costs a few ms (measured on the 2-core CI machine); calling it ~6 us of dispatch over the Python
 implementation, paid only where compiled code runs Python per call (not under CUDA graphs).
@@ -238,7 +241,7 @@ class ProviderOp:
         args, kwargs = call.rebuild(tensors)
         provider = self._provider()
         stats = self._stats(provider)
-        if provider is not None and signature_of(args, kwargs) == call.key:
+        if provider is not None and self._validated(call, signature_of(args, kwargs)):
             try:
                 out = call.conform(provider(*args, **kwargs), tensors)
             except Exception:
@@ -252,6 +255,18 @@ class ProviderOp:
                 return out
         stats.fallback_calls += 1
         return call.conform(self._original(*args, **kwargs), tensors)
+
+    def _validated(self, call: _SignatureCall, key: Hashable) -> bool:
+        """Whether a call traced as `call` and run with signature `key` may go to the provider: `key` is `call`'s,
+        or another validated signature of this op that promises the same outputs (e.g. `call` at a storage offset,
+        which the traced guard cannot tell apart)."""
+        if key == call.key:
+            return True
+        other = self._index.get(key)
+        if other is None:
+            return False
+        found = self._calls[other]
+        return found.outputs == call.outputs and found.container is call.container
 
     def _stats(self, provider: KernelProvider | None) -> DispatchStats:
         if provider is not None and self._stats_of is not None:

@@ -13,15 +13,19 @@ How a call reaches a provider:
   hooks cannot: `nn.Module` runs always-called hooks only for `Exception`). A wrapper, unlike hooks, also leaves
   `torch.cuda.make_graphed_callables` usable (it refuses modules with hooks).
 - Signature guard (`_dispatch`): a call goes to the provider only when its signature (shapes, dtypes, strides,
-  devices and the exact non-tensor arguments) is one the provider was validated on, and no tensor argument needs
+  devices, whether each tensor starts at a storage offset and its address modulo 16, and the exact non-tensor
+  arguments, a `torch.Size` counting as a tuple; see `forge.samples`) is one the provider was validated on, so
+  `x[1:]` of a larger buffer never reaches a kernel validated only on fresh tensors, and no tensor argument needs
   grad or is a tensor subclass (fake, functional, distributed tensors: providers are validated on plain tensors);
   everything else goes to the next runtime out, or to PyTorch. A kernel specialised to profiled shapes never runs on
   inputs it was not checked on.
 - Under `torch.compile` (`torch.compiler.is_compiling()`), a call is matched against each validated signature with
   plain comparisons that Dynamo turns into guards (`_matches`), and a match becomes one node of the provider's op
-  (`forge.custom_ops`); anything else is traced as stock PyTorch. Dynamo skips the forward wrapper's frame
-  (`_skip_in_dynamo`), so it runs eagerly and the model's own forward is compiled, with no graph break (also with
-  `fullgraph=True`; a compile that inlines the planned module's call from outside breaks the graph there once).
+  (`forge.custom_ops`); anything else is traced as stock PyTorch. Storage offset and alignment are the exception:
+  Dynamo can read neither without a graph break, so the op checks them when it runs (`_same_address_class`).
+  Dynamo skips the forward wrapper's frame (`_skip_in_dynamo`), so it runs eagerly and the model's own forward is
+  compiled, with no graph break (also with `fullgraph=True`; a compile that inlines the planned module's call from
+  outside breaks the graph there once).
 - CUDA graphs (`torch.cuda.graph`, `make_graphed_callables`, `mode="reduce-overhead"`): capture runs the eager path
   once per call; the runtime allocates nothing and never synchronises, so a capturable provider is captured and
   replays without any Python.
@@ -29,8 +33,9 @@ How a call reaches a provider:
 Cost, eager (`pytest -s tests/forge/test_runtime.py -k dispatch_overhead`): router + guard + eligibility cost
 1.8-1.95 us per call over calling the provider directly on the 2-core CI machine, where the hook-based runtime this
 replaces cost 1.35-1.5 us in the same runs (the thread-local lookup, `is_compiling()` and the subclass/grad check);
-2.5 us on the H200 host's CPU (1.9 us before). The op is never used in eager mode: a call through the dispatcher
-costs ~6 us more (~20 us with `torch.library.custom_op`).
+2.5 us on the H200 host's CPU (1.9 us before). Keying storage offset and alignment (issue 10) added +0.25-0.31 us
+per one-tensor call on the loaded CI machine (`forge.samples` docstring). The op is never used in eager mode: a
+call through the dispatcher costs ~6 us more (~20 us with `torch.library.custom_op`).
 """
 
 from __future__ import annotations
@@ -149,6 +154,8 @@ class _TensorPattern(NamedTuple):
     device: torch.device
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+    offset: bool  # storage_offset() != 0
+    residue: int  # data_ptr() % 16
 
 
 class _ValuePattern(NamedTuple):
@@ -158,7 +165,7 @@ class _ValuePattern(NamedTuple):
 
 
 class _SeqPattern(NamedTuple):
-    kind: type  # tuple, list, torch.Size... (signature_of tells them apart)
+    kind: type  # tuple, list, a namedtuple... (signature_of tells them apart; torch.Size counts as tuple)
     items: tuple
 
 
@@ -180,9 +187,10 @@ _SYMBOLIC_KIND = ((torch.SymBool, bool), (torch.SymInt, int), (torch.SymFloat, f
 def _pattern(template: Any) -> Any:
     """The pattern of one validated argument (a TensorSpec leaf, a constant, or a container of them)."""
     if isinstance(template, TensorSpec):
-        return _TensorPattern(template.dtype, torch.device(template.device), template.shape, template.stride)
+        return _TensorPattern(template.dtype, torch.device(template.device), template.shape, template.stride,
+                              template.storage_offset != 0, template.address_residue)
     if isinstance(template, (tuple, list)):
-        return _SeqPattern(type(template), tuple(_pattern(t) for t in template))
+        return _SeqPattern(_seq_kind(template), tuple(_pattern(t) for t in template))
     if isinstance(template, dict):
         return _DictPattern(tuple(template), tuple(_pattern(t) for t in template.values()))
     try:
@@ -199,6 +207,23 @@ def call_pattern(template: Sample) -> _CallPattern:
         tuple(template.kwargs),
         tuple(_pattern(v) for v in template.kwargs.values()),
     )
+
+
+def _seq_kind(value: tuple | list) -> type:
+    """The container type as signature_of keys it: torch.Size is a tuple (PyTorch takes either as a size)."""
+    kind = type(value)
+    return tuple if kind is torch.Size else kind
+
+
+def _same_address_class(value: torch.Tensor, pattern: _TensorPattern) -> bool:
+    """Storage offset (zero or not) and address modulo 16 as signature_of has them.
+
+    Eager only: Dynamo cannot read `storage_offset()` or `data_ptr()` without a graph break (torch 2.13: "torch.*
+    op returned non-Tensor") and does not guard on the offset (a graph traced on `b[:4]` is reused for `b[1:5]`), so
+    under a tracer this part of the guard runs inside the custom op at call time (`ProviderOp`'s re-check with
+    `signature_of`, which picks the validated signature of the right address class or runs PyTorch).
+    """
+    return (value.storage_offset() != 0) == pattern.offset and value.data_ptr() & 15 == pattern.residue
 
 
 def _same_ints(values: Any, expected: tuple[int, ...]) -> bool:
@@ -222,6 +247,7 @@ def _matches(value: Any, pattern: Any) -> bool:
             and value.dim() == len(pattern.shape)
             and _same_ints(value.shape, pattern.shape)
             and _same_ints(value.stride(), pattern.stride)
+            and (torch.compiler.is_compiling() or _same_address_class(value, pattern))
         )
     if isinstance(value, torch.Tensor):
         return False
@@ -233,7 +259,7 @@ def _matches(value: Any, pattern: Any) -> bool:
                 return kind is pattern.kind and bool(value == pattern.value)
         return False
     if type(pattern) is _SeqPattern:
-        if type(value) is not pattern.kind or len(value) != len(pattern.items):
+        if _seq_kind(value) is not pattern.kind or len(value) != len(pattern.items):
             return False
         for i in range(len(pattern.items)):
             if not _matches(value[i], pattern.items[i]):

@@ -1,10 +1,29 @@
 """Samples of real calls and the tensor specs that describe them.
 
 A `Sample` is one call's `(args, kwargs)`. A `TensorSpec` describes one tensor argument (shape, dtype, device,
-strides, storage offset and a value range) and can draw a fresh random tensor with the same layout. Signatures
-(`signature_of`) are the hashable keys used for de-duplication and by the runtime's signature guard: they include
-shape, dtype, device and strides of every tensor, and the exact value (and type) of every other argument.
-Samples and specs convert to and from JSON-safe dicts for prompts and plans.
+strides, storage offset and a value range) and can draw a fresh random tensor with the same layout: a view at the
+spec's storage offset into a buffer just large enough for it. Signatures (`signature_of`) are the hashable keys
+used for de-duplication and by the runtime's signature guard: they include shape, dtype, device and strides of
+every tensor, and the exact value (and type) of every other argument.
+
+Where a tensor starts in memory is part of its key too (issue 10): `x[1:]` of a larger buffer has the shape and
+strides of a fresh tensor, and a kernel validated only on fresh tensors read it from the wrong place (error
+0.06-0.1). A tensor key therefore carries `storage_offset() != 0` and `data_ptr() % 16` (the address's residue
+modulo 16 bytes: Triton specialises pointers on 16-byte divisibility and vectorised CUDA loads need 4/8/16-byte
+alignment, so an address that is aligned differently from every validated one is a layout the kernel never ran
+on). A spec's residue is `storage_offset * itemsize % 16`, which is what a drawn or cloned tensor has (PyTorch
+allocates storage 64-byte aligned on the CPU, 512 on CUDA); a live tensor on a misaligned storage (a NumPy slice,
+`frombuffer`) therefore matches no spec and runs PyTorch. The exact offset is not in the key, only whether there
+is one: an honest kernel reads through `data_ptr()`, which includes any offset, so offsets 4096 and 8192 behave
+alike, while offset 0 vs not catches a kernel that reads its input's storage from the start. Cost, measured on the
+2-core CI machine under load (old and new `signature_of` in one process, interleaved, best of 60 x 5000 calls):
++0.25-0.31 us for relu's one tensor (1.15-1.37 us before), +0.65-0.98 us for layer_norm's three; the two reads
+(`storage_offset()`, `data_ptr()`) cost ~70 and ~80 ns each. Deriving the residue from the offset alone (no
+`data_ptr()`) cost +0.06-0.28 us but misses storages that start misaligned (NumPy slices, `frombuffer`).
+
+`torch.Size` and `tuple` arguments have the same key (PyTorch accepts either wherever a size is expected, e.g.
+`F.layer_norm(x, x.shape[-1:])`), and `map_values` keeps a `torch.Size` a `torch.Size`, so a captured call and its
+clone describe the same call. Samples and specs convert to and from JSON-safe dicts for prompts and plans.
 """
 
 from __future__ import annotations
@@ -166,9 +185,17 @@ class TensorSpec:
             return self.storage_offset
         return self.storage_offset + 1 + sum((s - 1) * st for s, st in zip(self.shape, self.stride, strict=True))
 
+    @property
+    def address_residue(self) -> int:
+        """`data_ptr() % 16` of a tensor drawn or cloned from this spec (its storage starts 16-byte aligned)."""
+        return (self.storage_offset * self.dtype.itemsize) % _ALIGNMENT
+
     def signature(self) -> tuple:
         """The hashable part of the spec used in call signatures (layout only, no statistics)."""
-        return (_TENSOR_TAG, torch.Size(self.shape), self.stride, self.dtype, torch.device(self.device))
+        return (
+            _TENSOR_TAG, torch.Size(self.shape), self.stride, self.dtype, torch.device(self.device),
+            self.storage_offset != 0, self.address_residue,
+        )
 
     def describe(self) -> str:
         text = f"{_DTYPE_SHORT.get(self.dtype, dtype_name(self.dtype))}[{','.join(map(str, self.shape))}]"
@@ -232,7 +259,7 @@ class TensorSpec:
                 dtype=dtype_from_name(data["dtype"]),
                 device=data.get("device", "cpu"),
                 stride=tuple(data["stride"]) if data.get("stride") is not None else None,
-                storage_offset=int(data.get("storage_offset", 0)),
+                storage_offset=_offset_from_json(data.get("storage_offset", 0)),
                 low=data.get("low"),
                 high=data.get("high"),
                 mean=data.get("mean"),
@@ -242,26 +269,42 @@ class TensorSpec:
             raise ValueError(f"invalid tensor spec {data!r}: {exc}") from exc
 
 
+def _offset_from_json(value: Any) -> int:
+    """A serialised storage offset: a non-negative integer (plans written before offsets were recorded have none)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"storage_offset must be a non-negative integer, got {value!r}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Signatures
 # ---------------------------------------------------------------------------------------------------------
 _TENSOR_TAG = "T"
+_ALIGNMENT = 16  # bytes; see the module docstring
 
 
 _Tensor = torch.Tensor
+_Size = torch.Size
 _SCALAR_TYPES = (int, float, bool, str, type(None))
 
 
 def _value_key(value: Any) -> Hashable:
     # Hot path of the runtime's signature guard: keep the common cases first and cheap.
     if isinstance(value, _Tensor):
-        return (_TENSOR_TAG, value.shape, value.stride(), value.dtype, value.device)
+        try:
+            return (
+                _TENSOR_TAG, value.shape, value.stride(), value.dtype, value.device,
+                value.storage_offset() != 0, value.data_ptr() & 15,  # 15 == _ALIGNMENT - 1
+            )
+        except RuntimeError:  # no data pointer (a functional or fake tensor on some torch versions)
+            return _pointerless_tensor_key(value)
     if type(value) in _SCALAR_TYPES and value == value:  # NaN falls through to the tagged form below
         return (type(value), value)
     if isinstance(value, TensorSpec):
         return value.signature()
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_value_key(v) for v in value))
+        kind = type(value)
+        return ("tuple" if kind is _Size else kind.__name__, tuple(_value_key(v) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple((k, _value_key(v)) for k, v in value.items()))
     if isinstance(value, float) and math.isnan(value):
@@ -274,8 +317,14 @@ def _value_key(value: Any) -> Hashable:
     return (type(value), value)
 
 
+def _pointerless_tensor_key(value: torch.Tensor) -> Hashable:
+    """Key of a tensor whose address cannot be read: its residue is None, which no validated signature has."""
+    return (_TENSOR_TAG, value.shape, value.stride(), value.dtype, value.device, value.storage_offset() != 0, None)
+
+
 def signature_of(args: tuple, kwargs: dict) -> Hashable:
-    """Hashable key of a call: tensors by (shape, strides, dtype, device), other values by type and value.
+    """Hashable key of a call: tensors by (shape, strides, dtype, device, offset != 0, address % 16), other values
+    by type and value (`torch.Size` as a tuple).
 
     Keyword order does not matter; positional vs keyword spelling of the same argument does (the runtime
     guard then falls back, which is safe).
@@ -305,14 +354,24 @@ def iter_tensors(value: Any) -> Iterator[torch.Tensor]:
 
 
 def map_values(value: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply `fn` to every leaf of nested tuples, lists and dicts, keeping the structure."""
+    """Apply `fn` to every leaf of nested tuples, lists and dicts, keeping the structure and the container types
+    (a `torch.Size` stays a `torch.Size`; namedtuples are leaves)."""
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(map_values(v, fn) for v in value)
+        items = [map_values(v, fn) for v in value]
+        return tuple(items) if type(value) is tuple else _same_tuple_type(value, items)
     if isinstance(value, list):
         return [map_values(v, fn) for v in value]
     if isinstance(value, dict):
         return {k: map_values(v, fn) for k, v in value.items()}
     return fn(value)
+
+
+def _same_tuple_type(value: tuple, items: list) -> tuple:
+    """`items` in `value`'s tuple subclass (`torch.Size`, a structseq), or a plain tuple when it cannot be rebuilt."""
+    try:
+        return type(value)(items)
+    except (TypeError, ValueError):
+        return tuple(items)
 
 
 # ---------------------------------------------------------------------------------------------------------

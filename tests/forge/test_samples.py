@@ -1,4 +1,5 @@
-"""Samples, specs and signatures: de-dup keys include dtype, device and strides; JSON round trips."""
+"""Samples, specs and signatures: de-dup keys include dtype, device, strides, storage offset and address alignment;
+JSON round trips; containers keep their types."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from forge.samples import (
     TensorSpec,
     clone_value,
     draw_sample,
+    map_values,
     sample_from_json,
     sample_to_json,
     signature_of,
+    spec_sample,
 )
 
 
@@ -69,3 +72,75 @@ def test_invalid_json_is_a_clear_error() -> None:
         TensorSpec.from_json({"shape": [2], "dtype": "float99", "stride": [1]})
     with pytest.raises(ValueError, match="expected keys 'args' and 'kwargs'"):
         sample_from_json({"nope": 1})
+
+
+def test_signature_tells_offset_views_and_address_alignment_apart() -> None:
+    fresh, buf = torch.randn(4, 8), torch.randn(6, 8)
+    # the issue-10 case: same shape, strides, dtype and device as a fresh tensor, but it starts at element 8
+    assert signature_of((buf[1:5],), {}) != signature_of((fresh,), {})
+    assert signature_of((buf[:4],), {}) == signature_of((fresh,), {})  # offset 0, larger storage: same call
+    assert signature_of((buf[1:5],), {}) == signature_of((buf[2:],), {})  # offsets 8 and 16: same class
+    flat = torch.randn(40)
+    misaligned, aligned = flat[1:33].view(4, 8), flat[4:36].view(4, 8)  # 4 vs 16 bytes past the storage start
+    assert misaligned.data_ptr() % 16 == 4 and aligned.data_ptr() % 16 == 0
+    assert signature_of((misaligned,), {}) != signature_of((aligned,), {})
+    assert signature_of((aligned,), {}) == signature_of((buf[1:5],), {})
+    np = pytest.importorskip("numpy")
+    unaligned_base = torch.from_numpy(np.zeros(33, np.float32)[1:]).view(4, 8)  # offset 0 on a misaligned storage
+    assert unaligned_base.storage_offset() == 0
+    same = unaligned_base.data_ptr() % 16 == fresh.data_ptr() % 16
+    assert (signature_of((unaligned_base,), {}) == signature_of((fresh,), {})) == same
+
+
+@pytest.mark.parametrize("start", [0, 1, 2, 4, 8])
+def test_spec_of_a_view_has_its_live_signature_and_draws_an_offset_view(start: int) -> None:
+    view = torch.randn(64)[start : start + 32].view(4, 8)
+    spec = TensorSpec.of(view)
+    assert spec.storage_offset == start and spec.storage_size() == start + 32
+    assert signature_of((spec,), {}) == signature_of((view,), {})
+    drawn = spec.draw(torch.Generator().manual_seed(0))
+    assert drawn.storage_offset() == start and drawn.untyped_storage().nbytes() == (start + 32) * 4
+    assert signature_of((drawn,), {}) == signature_of((view,), {})
+    fresh = draw_sample(Sample((spec,), {}), torch.Generator().manual_seed(1)).args[0]
+    assert fresh.storage_offset() == start and signature_of((fresh,), {}) == signature_of((view,), {})
+    assert clone_value(view).storage_offset() == start
+
+
+def test_spec_json_round_trips_the_offset_and_old_specs_load_at_offset_zero() -> None:
+    view = torch.randn(40)[3:35].view(4, 8)
+    sample = Sample((view,), {"eps": 1e-5})
+    data = json.loads(json.dumps(sample_to_json(sample)))
+    assert data["args"][0]["tensor"]["storage_offset"] == 3
+    restored = sample_from_json(data)
+    assert restored.args[0].storage_offset == 3 and restored.signature() == sample.signature()
+    assert draw_sample(restored, torch.Generator().manual_seed(0)).args[0].storage_offset() == 3
+    del data["args"][0]["tensor"]["storage_offset"]  # a plan written before offsets were recorded
+    old = sample_from_json(data)
+    assert old.args[0].storage_offset == 0 and old.signature() == signature_of((torch.randn(4, 8),), {"eps": 1e-5})
+
+
+@pytest.mark.parametrize("bad", ["3", 2.5, True, -1, None])
+def test_spec_json_refuses_a_storage_offset_that_is_not_a_non_negative_integer(bad) -> None:
+    with pytest.raises(ValueError, match="storage_offset must be a non-negative integer"):
+        TensorSpec.from_json({"shape": [2], "dtype": "float32", "stride": [1], "storage_offset": bad})
+
+
+def test_map_values_keeps_torch_size_and_other_tuple_subclasses() -> None:
+    x = torch.randn(2, 640)
+    size = x.shape[-1:]
+    cloned = clone_value((x, size))
+    assert type(cloned[1]) is torch.Size and cloned[1] == size
+    assert type(map_values(torch.Size([2, 3]), lambda v: v + 1)) is torch.Size
+    assert map_values(torch.Size([2, 3]), str) == ("2", "3")  # not a size any more: a plain tuple
+    values = torch.return_types.max((torch.ones(2), torch.zeros(2)))
+    assert type(map_values(values, lambda v: v)) is type(values)
+    assert type(spec_sample(Sample((x, size), {})).args[1]) is torch.Size
+    assert type(map_values((1, 2), lambda v: v)) is tuple
+
+
+def test_torch_size_and_tuple_are_the_same_signature_but_lists_are_not() -> None:
+    x = torch.randn(2, 640)
+    assert signature_of((x, torch.Size([640])), {}) == signature_of((x, (640,)), {})
+    assert signature_of((x,), {"shape": torch.Size([640])}) == signature_of((x,), {"shape": (640,)})
+    assert signature_of((x, [640]), {}) != signature_of((x, (640,)), {})
+    assert signature_of((x, torch.Size([640])), {}) != signature_of((x, (641,)), {})
