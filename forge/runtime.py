@@ -33,7 +33,8 @@ How a call reaches a provider:
 Cost, eager (`pytest -s tests/forge/test_runtime.py -k dispatch_overhead`): router + guard + eligibility cost
 1.8-1.95 us per call over calling the provider directly on the 2-core CI machine, where the hook-based runtime this
 replaces cost 1.35-1.5 us in the same runs (the thread-local lookup, `is_compiling()` and the subclass/grad check);
-2.5 us on the H200 host's CPU (1.9 us before). Keying storage offset and alignment (issue 10) added +0.25-0.31 us
+1.47 us on the H200 host's CPU in the issue-7 run (BENCHMARKS.md 0b; 1.9 us before). The storage-offset and
+alignment terms of the key add 0.1-0.3 us per tensor. Keying storage offset and alignment (issue 10) added +0.25-0.31 us
 per one-tensor call on the loaded CI machine (`forge.samples` docstring). The op is never used in eager mode: a
 call through the dispatcher costs ~6 us more (~20 us with `torch.library.custom_op`).
 """

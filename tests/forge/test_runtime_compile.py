@@ -296,7 +296,7 @@ def test_traced_guard_agrees_with_signature_of() -> None:
         Sample((x,), {"size": torch.Size([4, 8]), "opts": {"b": None, "a": 1}}),  # dict order
         Sample((x,), {"size": torch.Size([4, 8]), "opts": {"a": 1.0, "b": None}}),
     ]
-    def spec(value: Any) -> Any:  # like spec_sample, but keeps torch.Size (samples.map_values makes it a tuple)
+    def spec(value: Any) -> Any:  # tensors as specs, everything else (torch.Size, dicts) exactly as given
         if isinstance(value, torch.Tensor):
             return TensorSpec.of(value)
         return [spec(v) for v in value] if isinstance(value, list) else value
