@@ -73,3 +73,27 @@ def test_user_choices_win_over_the_demo_defaults() -> None:
     args = _args(candidates=3, generator_threshold=5.0, generate_functions="silu")
     _demo_cassette_config(args, LLMConfig())
     assert (args.candidates, args.generator_threshold, args.generate_functions) == (3, 5.0, "silu")
+
+
+@pytest.mark.slow
+def test_the_readme_demo_runs_the_agent_loop_from_its_cassette_on_cpu(tmp_path) -> None:
+    """`kforge optimize --demo` with no endpoint: the shipped cassette's kernels are parsed, screened, run in the
+    sandbox, validated and timed (interpreted Triton on the CPU is never faster, so the plan stays empty)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KFORGE_", "OPENAI_"))}
+    env.update(KFORGE_CACHE_DIR=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, "-m", "forge.cli", "optimize", "--demo", "--no-static", "--device", "cpu",
+                           "--out", str(tmp_path / "demo.plan.json")], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "replaying the demo's recorded generator conversations" in done.stdout
+    for function in ("rms_norm", "silu", "softmax"):
+        rows = [line for line in done.stdout.splitlines() if f"generated triton {function}" in line]
+        assert rows, f"no candidate row for the generated {function}"
+        # timed against PyTorch: it passed screening, the sandbox and the oracle
+        assert any(status in rows[0] for status in ("slower", "selected", "not significant")), rows[0]
+    assert "Traceback" not in done.stderr
+    assert (tmp_path / "demo.plan.json").is_file()
