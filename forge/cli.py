@@ -2,9 +2,11 @@
 
     kforge optimize --demo [llama|unet] [--out plan.json]     optimize an embedded demo (default: llama)
     kforge optimize PKG.MODULE:FACTORY --inputs PKG.MODULE:INPUTS [--out plan.json]
-    kforge plan show plan.json                                print a saved plan
+    kforge plan show plan.json [--trust-unsigned]             print a saved plan and its signature status
     kforge plan verify plan.json [--timeout S]                re-validate a saved plan's kernels on this machine
-                                                              (one process per kernel, stopped after S seconds)
+                                                              (generated kernels in the sandbox first; one process
+                                                              per kernel, stopped after S seconds)
+    kforge plan sign plan.json                                sign a reviewed plan with your key (forge.signing)
     kforge eval SUITE [...]                                   offline evals of kernel sources (see `kforge eval -h`)
 
 Exit status: 0 done; 1 a negative result (a kernel failed verification) or an internal error (one line naming the
@@ -380,6 +382,26 @@ def _save_plan(plan: Any, out: str) -> None:
         rescue = plan.save(name)
         raise UsageError(f"cannot save the plan to {out} ({exc}); it was saved to {rescue} instead") from exc
     print(f"\nplan saved to {path}")
+    _report_saved_signature(plan, path)
+
+
+def _report_saved_signature(plan: Any, path: Path) -> None:
+    """Say who signed a saved plan that carries code, or how to sign it."""
+    from forge.plan_schema import read_plan_json
+    from forge.signing import check_document, load_key
+
+    if not plan.carries_code:
+        return
+    try:
+        key = load_key()
+    except (OSError, ValueError):  # plan.save already said why it saved unsigned
+        key = None
+    check = check_document(read_plan_json(path), key)
+    if check.valid:
+        print(printable(f"plan {check.describe()}"))
+    else:
+        print(printable(f"plan holds generated code and is {check.describe()}: review it, then run "
+                        f"`kforge plan sign {path}` (loading it refuses until then)"))
 
 
 def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, compile_options: dict[str, Any],
@@ -424,22 +446,33 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_plan(path: str) -> Any:
+def _load_plan(path: str, trust_unsigned: bool = False) -> Any:
     """The plan at `path`; `UsageError` naming the problem when it cannot be loaded."""
     from forge.plan import KernelOptimizationPlan, PlanLoadError
 
     try:
-        return KernelOptimizationPlan.load(path)
+        return KernelOptimizationPlan.load(path, trust_unsigned=trust_unsigned)
     except PlanLoadError as exc:
         raise UsageError(str(exc)) from exc
 
 
+def _signature_line(plan: Any) -> str:
+    check = plan.signature
+    status = check.describe() if check is not None else "unsigned"
+    if plan.carries_code and (check is None or not check.valid):
+        status += " (loaded because of --trust-unsigned)"
+    elif not plan.carries_code and (check is None or not check.valid):
+        status += " (no generated code: a signature is not needed)"
+    return f"signature: {status}"
+
+
 def _cmd_plan_show(args: argparse.Namespace) -> int:
     """Print a plan; every text that comes from the file is printed with control characters escaped."""
-    plan = _load_plan(args.path)
+    plan = _load_plan(args.path, args.trust_unsigned)
     env = plan.environment
     say = lambda text: print(printable(text))  # noqa: E731
     say(f"plan {args.path}: {len(plan)} replacement(s)")
+    say(_signature_line(plan))
     if env:
         gpu = env.get("gpu_name") or "CPU"
         say(f"measured on {gpu} (cc {env.get('compute_capability')}), torch {env.get('torch')}, "
@@ -459,8 +492,11 @@ def _cmd_plan_verify(args: argparse.Namespace) -> int:
     from forge.plan import PlanLoadError
     from forge.verify import VerifySettings, verify_plan_file
 
+    plan = _load_plan(args.path, args.trust_unsigned)
+    print(printable(f"plan {args.path}: {_signature_line(plan)}"))
     try:
-        results = verify_plan_file(args.path, VerifySettings(timeout_s=args.timeout))
+        results = verify_plan_file(args.path, VerifySettings(timeout_s=args.timeout,
+                                                             trust_unsigned=args.trust_unsigned))
     except PlanLoadError as exc:
         raise UsageError(str(exc)) from exc
     for result in results:
@@ -470,6 +506,29 @@ def _cmd_plan_verify(args: argparse.Namespace) -> int:
     passed = sum(result.ok for result in results)
     print(f"{passed} of {len(results)} kernel(s) verified")
     return 0 if passed == len(results) else 1
+
+
+def _cmd_plan_sign(args: argparse.Namespace) -> int:
+    """Sign a plan after reviewing it: the file must load (schema, provider types, every source screened, nothing
+    imported); its document is signed as it is (a previous signature replaced) and written back atomically."""
+    from forge.atomic import write_json_atomic
+    from forge.plan_schema import read_plan_json
+    from forge.signing import load_key, sign_document
+
+    _load_plan(args.path, trust_unsigned=True)
+    data = read_plan_json(args.path)
+    try:
+        key = load_key(create=True)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read or create the signing key: {exc}") from exc
+    assert key is not None  # create=True
+    if key.created:
+        print(printable(f"created a new signing key in {key.origin} (mode 0600); keep it private"))
+    signed = sign_document(data, key)
+    write_json_atomic(Path(args.path), signed, indent=2, allow_nan=False)
+    block = signed["signature"]
+    print(printable(f"signed {args.path} as {block['signer']} (key {block['key_id']}, from {key.origin})"))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -525,14 +584,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="inspect saved plans")
     plan_sub = plan.add_subparsers(dest="plan_command", required=True)
+    trust_help = ("load a plan holding generated code even when it is unsigned or its signature does not match "
+                  "(its sources are still screened; sign it with `kforge plan sign` once reviewed)")
     show = plan_sub.add_parser("show", help="print a saved plan")
     show.add_argument("path")
+    show.add_argument("--trust-unsigned", action="store_true", help=trust_help)
     show.set_defaults(func=_cmd_plan_show)
+    sign = plan_sub.add_parser("sign", help="sign a reviewed plan with your key ($KFORGE_SIGNING_KEY, or the key "
+                               "file ~/.config/kforge/signing.key, created on first use)")
+    sign.add_argument("path")
+    sign.set_defaults(func=_cmd_plan_sign)
     verify = plan_sub.add_parser("verify", help="re-validate a saved plan's kernels on fresh inputs on this machine")
     verify.add_argument("path")
     verify.add_argument("--timeout", type=positive_seconds_argument, default=DEFAULT_VERIFY_TIMEOUT_S, metavar="S",
                         help="seconds each kernel may take once its process has started; a kernel still running "
-                        f"is stopped and reported as TIMEOUT (default {DEFAULT_VERIFY_TIMEOUT_S:g})")
+                        f"is stopped and reported as TIMEOUT (default {DEFAULT_VERIFY_TIMEOUT_S:g}); a generated "
+                        "kernel first runs in the sandbox, which gets S + 30 s for its start-up")
+    verify.add_argument("--trust-unsigned", action="store_true", help=trust_help)
     verify.set_defaults(func=_cmd_plan_verify)
 
     try:

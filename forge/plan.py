@@ -4,6 +4,12 @@ A plan file carries a format name and version, the environment it was measured o
 state, the call signatures it was validated on (the runtime's signature guard) and the measured latencies. Loading
 checks everything before returning: a corrupt file, an unknown version or an unknown provider type raises
 `PlanLoadError` naming the problem and nothing is applied.
+
+A plan holding a provider that carries code (`KernelProvider.carries_code`: generated kernels) must be signed
+(`forge.signing`, HMAC with the user's key): `save` signs it when a key is configured, and `from_dict`/`load` refuse
+an unsigned or mis-signed one before any entry is built (so before any source is screened or imported) unless the
+caller passes `trust_unsigned=True`. Plans of static providers only load unsigned (their code is installed, not
+carried by the file).
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from torch import nn
 from forge.environment import environment_differences, environment_fingerprint
 from forge.execution import Execution, parse_execution
 from forge.plan_schema import read_plan_json, validate_plan_dict
-from forge.provider import KernelProvider
+from forge.provider import KernelProvider, provider_type
 from forge.samples import Sample, sample_from_json, sample_to_json, signature_of, spec_sample
+from forge.signing import SignatureCheck, check_document, load_key, sign_document
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +49,41 @@ PLAN_VERSION = 1
 
 class PlanLoadError(ValueError):
     """A plan file or dict that cannot be loaded; the message names the problem and the fix."""
+
+
+def _code_carrying_entries(data: dict[str, Any]) -> list[str]:
+    """The functions whose provider type carries code (an unknown type is refused later, when entries are built)."""
+    found = []
+    for raw in data.get("entries") or []:
+        type_name = raw["provider"]["type"]  # the schema checked the shape
+        target = provider_type(type_name)
+        if target is not None and target.carries_code:
+            found.append(str(raw.get("function") or type_name))
+    return found
+
+
+def _check_plan_signature(data: dict[str, Any], trust_unsigned: bool) -> SignatureCheck:
+    """The plan's signature status; `PlanLoadError` when it carries code and is not validly signed here."""
+    carrying = _code_carrying_entries(data)
+    try:
+        key = load_key()
+    except (OSError, ValueError) as exc:
+        if carrying:
+            raise PlanLoadError(f"cannot read the signing key: {exc}") from exc
+        logger.warning("cannot read the signing key (%s); this plan holds no generated code and loads unsigned", exc)
+        key = None
+    check = check_document(data, key)
+    if check.valid or not carrying:
+        return check
+    problem = f"the plan holds generated code ({', '.join(carrying)}); signature: {check.describe()}"
+    if key is None:
+        problem += " (no signing key here: set $KFORGE_SIGNING_KEY or create a key file with `kforge plan sign`)"
+    if trust_unsigned:
+        logger.warning("%s; loading it anyway because trust_unsigned=True (its sources are still screened)", problem)
+        return check
+    raise PlanLoadError(f"{problem}. Nothing was imported. Review its kernels (`kforge plan show FILE "
+                        "--trust-unsigned`) and sign it with `kforge plan sign FILE`, or load it with "
+                        "trust_unsigned=True (CLI: --trust-unsigned)")
 
 
 @dataclass(frozen=True)
@@ -118,6 +160,8 @@ class KernelOptimizationPlan:
     entries: tuple[PlanEntry, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
     execution: Execution = Execution.EAGER
+    # How the file it was loaded from was signed (`forge.signing`); None for a plan built in memory.
+    signature: SignatureCheck | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
@@ -138,6 +182,11 @@ class KernelOptimizationPlan:
     def functions(self) -> list[str]:
         return [e.function for e in self.entries]
 
+    @property
+    def carries_code(self) -> bool:
+        """Whether an entry's provider carries code (a generated kernel): such a plan must be signed."""
+        return any(type(e.provider).carries_code for e in self.entries)
+
     def __len__(self) -> int:
         return len(self.entries)
 
@@ -156,8 +205,13 @@ class KernelOptimizationPlan:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, *, strict_environment: bool = False) -> KernelOptimizationPlan:
-        """Build a plan from `to_dict()` output; raises `PlanLoadError` (nothing is half-built)."""
+    def from_dict(cls, data: Any, *, strict_environment: bool = False,
+                  trust_unsigned: bool = False) -> KernelOptimizationPlan:
+        """Build a plan from `to_dict()` output; raises `PlanLoadError` (nothing is half-built).
+
+        A plan carrying code must hold a valid signature under this machine's key (`forge.signing`); with
+        `trust_unsigned=True` an unsigned or mis-signed one loads with a warning (its sources are still screened).
+        """
         if not isinstance(data, dict):
             raise PlanLoadError(f"a plan must be a JSON object, got {type(data).__name__}")
         if data.get("format") != PLAN_FORMAT:
@@ -171,6 +225,7 @@ class KernelOptimizationPlan:
                 "Re-create the plan with `kforge optimize` or use the kernel-forge release that wrote it"
             )
         validate_plan_dict(data)  # every field's type and bounds (forge.plan_schema), before anything is built
+        signature = _check_plan_signature(data, trust_unsigned)  # before any entry (and so any source) is built
         raw_entries = data.get("entries")
         if not isinstance(raw_entries, list):
             raise PlanLoadError("plan has no 'entries' list")
@@ -195,26 +250,42 @@ class KernelOptimizationPlan:
         except ValueError as exc:
             raise PlanLoadError(f"plan 'execution': {exc}") from exc
         try:
-            return cls(entries=tuple(entries), environment=environment, execution=execution)
+            return cls(entries=tuple(entries), environment=environment, execution=execution, signature=signature)
         except (TypeError, ValueError) as exc:
             raise PlanLoadError(str(exc)) from exc
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the plan as JSON atomically (`forge.atomic`: unique temporary, fsync, rename; a crash or a
-        concurrent save never leaves half a file). The folder must exist; errors name the path."""
+        concurrent save never leaves half a file). The folder must exist; errors name the path.
+
+        A plan carrying code is signed when a signing key is configured (`forge.signing.load_key`); without one it
+        is written unsigned with a warning, and loading it needs `kforge plan sign FILE` (or trust_unsigned)."""
         from forge.atomic import write_json_atomic
 
-        return write_json_atomic(Path(path), self.to_dict(), indent=2, allow_nan=False)
+        data = self.to_dict()
+        if self.carries_code:
+            try:
+                key, problem = load_key(), "no signing key is configured ($KFORGE_SIGNING_KEY or a key file)"
+            except (OSError, ValueError) as exc:
+                key, problem = None, f"cannot read the signing key ({exc})"
+            if key is None:
+                logger.warning("%s: the plan %s holds generated code and is saved unsigned; review it and run "
+                               "`kforge plan sign %s`", problem, path, path)
+            else:
+                data = sign_document(data, key)
+        return write_json_atomic(Path(path), data, indent=2, allow_nan=False)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, strict_environment: bool = False) -> KernelOptimizationPlan:
-        """Read a plan written by `save`; raises `PlanLoadError` with the file name on any problem."""
+    def load(cls, path: str | os.PathLike, *, strict_environment: bool = False,
+             trust_unsigned: bool = False) -> KernelOptimizationPlan:
+        """Read a plan written by `save`; raises `PlanLoadError` with the file name on any problem (an unsigned or
+        mis-signed plan carrying code included, unless `trust_unsigned`: see `from_dict`)."""
         path = Path(path)
         data = read_plan_json(path)  # regular files only, size cap before reading, bounded read (forge.plan_schema)
         try:
-            return cls.from_dict(data, strict_environment=strict_environment)
-        except PlanLoadError as exc:
-            raise PlanLoadError(f"plan file {path}: {exc}") from exc
+            return cls.from_dict(data, strict_environment=strict_environment, trust_unsigned=trust_unsigned)
+        except PlanLoadError as exc:  # the fix names this file (`kforge plan sign FILE`)
+            raise PlanLoadError(f"plan file {path}: " + str(exc).replace("FILE", str(path))) from exc
 
     # -- use ----------------------------------------------------------------------------------------------
     def runtime(self, module: nn.Module) -> KernelProviderRuntime:

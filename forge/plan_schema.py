@@ -12,7 +12,8 @@ read whole, and a signature shape of 2^20 x 2^20 made `plan verify` try to alloc
   most that many bytes, decodes strict UTF-8 and parses JSON with NaN/Infinity refused;
 - `validate_plan_dict(data)` walks the parsed document once: nesting depth, list / object / string sizes, finite
   numbers and bounded integers everywhere (provider state included), then the plan's own structure: the allowed
-  keys and the type of every field of the plan, its entries, their signatures and every tensor spec.
+  keys and the type of every field of the plan, its entries, their signatures and every tensor spec, and the
+  `signature` block (`forge.signing`: exactly its five string fields, key id and MAC as lowercase hex).
 
 Tensor specs are bounded where `plan verify` allocates them (`TensorSpec.draw` allocates the storage a view
 needs, offset and strides included): at most `max_tensor_elements` (2^31) elements of storage per tensor and
@@ -57,7 +58,9 @@ class PlanLimits:
 
 DEFAULT_LIMITS = PlanLimits()
 
-_PLAN_KEYS = frozenset({"format", "version", "created", "environment", "execution", "entries"})
+_PLAN_KEYS = frozenset({"format", "version", "created", "environment", "execution", "entries", "signature"})
+_SIGNATURE_KEYS = frozenset({"algorithm", "signer", "key_id", "signed_at", "mac"})
+_HEX = {"key_id": re.compile(r"[0-9a-f]{8}"), "mac": re.compile(r"[0-9a-f]{64}")}
 _ENTRY_KEYS = frozenset({"function", "source", "description", "latency_ms", "baseline_ms", "provider", "signatures"})
 _SAMPLE_KEYS = frozenset({"args", "kwargs"})
 _TENSOR_KEYS = frozenset({"shape", "dtype", "device", "stride", "storage_offset", "low", "high", "mean", "std"})
@@ -231,11 +234,26 @@ def _check_plan(data: Any, limits: PlanLimits) -> None:
         _expect(environment, dict, "environment", "an object")
         for key, value in environment.items():
             _check_environment_value(value, f"environment.{key}")
+    if "signature" in data:
+        _check_signature_block(data["signature"])
     entries = _expect(data["entries"], list, "entries", "a list")
     if len(entries) > limits.max_entries:
         raise _Violation("entries", f"{len(entries)} entries (limit {limits.max_entries})")
     for index, entry in enumerate(entries):
         _check_entry(entry, f"entries[{index}]", limits)
+
+
+def _check_signature_block(block: Any) -> None:
+    """The `forge.signing` block: exactly its five string fields, the key id and MAC as lowercase hex."""
+    _expect(block, dict, "signature", "an object")
+    _check_keys(block, _SIGNATURE_KEYS, "signature", required=tuple(sorted(_SIGNATURE_KEYS)))
+    for key in sorted(_SIGNATURE_KEYS):
+        value = _expect(block[key], str, f"signature.{key}", "a string")
+        if len(value) > 256:
+            raise _Violation(f"signature.{key}", f"string of {len(value)} characters (limit 256)")
+        if key in _HEX and not _HEX[key].fullmatch(value):
+            raise _Violation(f"signature.{key}", f"{_short(value)} is not lowercase hex of the expected "
+                             "length")
 
 
 def _check_environment_value(value: Any, where: str) -> None:
@@ -359,7 +377,8 @@ def _check_tensor(spec: Any, where: str, limits: PlanLimits) -> int:
         _check_number(spec.get(key), f"{where}.{key}")
     elements = _storage_elements(shape, stride, offset)
     if elements > limits.max_tensor_elements:
-        raise _Violation(where, f"shape {shape} needs {elements} elements of storage, over the limit of "
+        included = f" (storage offset {offset} included)" if offset else ""
+        raise _Violation(where, f"shape {shape} needs {elements} elements of storage{included}, over the limit of "
                          f"{limits.max_tensor_elements} per tensor (see forge.plan_schema.PlanLimits)")
     return elements
 

@@ -10,6 +10,7 @@ A generator produces providers asynchronously: `submit` returns a `Future[Kernel
 
 from __future__ import annotations
 
+import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -18,12 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from forge.execution import Execution
+from forge.outcome import Outcome
 from forge.samples import Sample
 
 __all__ = [
+    "IsolatedStatus",
+    "IsolatedVerification",
     "KernelGenerationResult",
     "KernelGenerator",
     "KernelProvider",
+    "provider_type",
     "registered_provider_types",
 ]
 
@@ -52,6 +57,39 @@ def registered_provider_types() -> dict[str, type[KernelProvider]]:
     return dict(_REGISTRY)
 
 
+def provider_type(type_name: str) -> type[KernelProvider] | None:
+    """The class registered under `type_name` (kernel-forge's own provider modules imported on demand), or None."""
+    target = _REGISTRY.get(type_name)
+    if target is None:
+        _import_builtin_providers()
+        target = _REGISTRY.get(type_name)
+    return target
+
+
+class IsolatedStatus(enum.Enum):
+    """Outcome of `KernelProvider.verify_isolated`: the kernel ran isolated and passed, failed, ran out of time,
+    crashed, or was not run because the isolation could not be set up."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class IsolatedVerification:
+    """What `verify_isolated` found; `errors` says why when not PASSED; `isolation` names the boundary used."""
+
+    status: IsolatedStatus
+    errors: tuple[str, ...] = ()
+    isolation: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is IsolatedStatus.PASSED
+
+
 class KernelProvider(ABC):
     """A replacement for one `torch.nn.functional` function.
 
@@ -61,6 +99,9 @@ class KernelProvider(ABC):
     """
 
     type_name: ClassVar[str | None] = None
+    # True for providers whose state holds code that is imported when loaded (generated kernels): plans and caches
+    # holding one must be signed (`forge.signing`) and `kforge plan verify` runs them isolated first.
+    carries_code: ClassVar[bool] = False
 
     def __init_subclass__(cls, type_name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -128,10 +169,7 @@ class KernelProvider(ABC):
         if not isinstance(state, dict) or not isinstance(state.get("type"), str):
             raise ValueError(f"invalid kernel provider state (expected a dict with a string 'type'): {state!r}")
         type_name = state["type"]
-        target = _REGISTRY.get(type_name)
-        if target is None:
-            _import_builtin_providers()
-            target = _REGISTRY.get(type_name)
+        target = provider_type(type_name)
         if target is None:
             known = ", ".join(sorted(_REGISTRY)) or "none"
             raise ValueError(
@@ -147,6 +185,12 @@ class KernelProvider(ABC):
 
     def load_runtime_dependencies(self) -> None:  # noqa: B027 - optional hook
         """Import or build whatever the provider needs at run time (called when a plan is applied)."""
+
+    def verify_isolated(self, samples: Sequence[Sample], timeout_s: float) -> IsolatedVerification | None:
+        """Validate on `samples` in an isolated process before the provider runs anywhere else (`kforge plan
+        verify` calls it first). None: this provider offers no isolated check (static providers: their code is
+        installed, not carried by the plan). Providers that carry code override it with a sandboxed run."""
+        return None
 
     # -- hooks for subclasses -----------------------------------------------------------------------------
     @abstractmethod
@@ -168,6 +212,8 @@ class KernelGenerationResult:
     """Outcome of one generator task: exactly one of `provider` (ready) or `error`.
 
     `usage` holds metadata such as `{"prompt_tokens": ..., "completion_tokens": ..., "cost_usd": ..., "attempts": ...}`.
+    `outcome` (a `forge.outcome.Outcome`, optional) types a failure when the generator knows it, e.g. `harness_error`
+    when the harness, not the generated code, stopped it.
     """
 
     function: str
@@ -175,6 +221,7 @@ class KernelGenerationResult:
     error: str | None = None
     description: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
 
     def __post_init__(self) -> None:
         if (self.provider is None) == (self.error is None):

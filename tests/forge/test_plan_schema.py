@@ -13,7 +13,7 @@ import torch
 from forge.cli import main
 from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError
 from forge.plan_schema import PlanLimits, read_plan_json, validate_plan_dict
-from forge.samples import Sample
+from forge.samples import Sample, draw_sample, signature_of
 from tests.forge.providers_for_tests import FastGeluProvider
 
 
@@ -162,3 +162,50 @@ def test_generated_source_that_fails_screening_is_refused_at_load(tmp_path, caps
     assert main(["plan", "show", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fails screening" in err[0]
+
+
+def _offset_plan_dict() -> dict:
+    """A plan validated on `x[1:]` of a larger buffer: its tensor spec has a storage offset (issue 10)."""
+    buf = torch.randn(5, 16)
+    sample = Sample((buf[1:],), {"approximate": "none"})
+    provider = FastGeluProvider()
+    provider.prepare([sample])
+    return KernelOptimizationPlan(entries=(PlanEntry(provider=provider, signatures=(sample,)),)).to_dict()
+
+
+def test_an_offset_signature_round_trips_and_its_fresh_inputs_are_offset_views(tmp_path) -> None:
+    data = _offset_plan_dict()
+    assert _tensor(data)["storage_offset"] == 16
+    plan = KernelOptimizationPlan.load(_write(tmp_path, data))
+    spec = plan.entries[0].signatures[0].args[0]
+    assert spec.storage_offset == 16
+    buf = torch.randn(5, 16)
+    assert signature_of((buf[1:],), {"approximate": "none"}) in plan.entries[0].signature_keys
+    assert signature_of((buf[:4],), {"approximate": "none"}) not in plan.entries[0].signature_keys
+    fresh = draw_sample(plan.entries[0].signatures[0], torch.Generator().manual_seed(0))
+    assert fresh.args[0].storage_offset() == 16 and fresh.args[0].shape == (4, 16)
+    assert fresh.signature() == signature_of((buf[1:],), {"approximate": "none"})
+    assert plan.verify() == {"gelu": []}  # re-validated on offset views
+
+
+def test_a_plan_written_before_offsets_loads_at_offset_zero(tmp_path) -> None:
+    data = _offset_plan_dict()
+    del _tensor(data)["storage_offset"]
+    plan = KernelOptimizationPlan.load(_write(tmp_path, data))
+    assert plan.entries[0].signatures[0].args[0].storage_offset == 0
+    assert signature_of((torch.randn(4, 16),), {"approximate": "none"}) in plan.entries[0].signature_keys
+
+
+@pytest.mark.parametrize(("offset", "message"), [
+    ("16", r"tensor\.storage_offset: must be an integer, got str"),
+    (16.0, r"tensor\.storage_offset: must be an integer, got float"),
+    (True, r"tensor\.storage_offset: must be an integer, got bool"),
+    (None, r"tensor\.storage_offset: must be an integer, got NoneType"),
+    (-1, r"tensor\.storage_offset: must be >= 0, got -1"),
+    (2**40, r"needs 1099511627840 elements of storage \(storage offset 1099511627776 included\), over the limit"),
+])
+def test_bad_storage_offsets_are_refused_at_load(tmp_path, offset, message) -> None:
+    data = _offset_plan_dict()
+    _tensor(data)["storage_offset"] = offset
+    with pytest.raises(PlanLoadError, match=message):
+        KernelOptimizationPlan.load(_write(tmp_path, data))
