@@ -241,6 +241,7 @@ def test_triton_interpreter_is_set_only_for_cpu_runs_and_never_overrides(monkeyp
 
 
 # -- plan verify: a kernel that never returns is stopped and reported; the others are still verified ------------
+@pytest.mark.slow
 def test_plan_verify_stops_a_spinning_kernel_and_verifies_the_rest(tmp_path, monkeypatch, capsys) -> None:
     from agent.provider import GeneratedKernelProvider
     from tests.agent.kernels import SILU_HANG
@@ -254,9 +255,10 @@ def test_plan_verify_stops_a_spinning_kernel_and_verifies_the_rest(tmp_path, mon
     plan = KernelOptimizationPlan(entries=(PlanEntry(spinning, (Sample((x,), {"inplace": False}),)),
                                            PlanEntry(gelu, (Sample((x,), {}),))))
     path = plan.save(tmp_path / "plan.json")
-    assert main(["plan", "verify", "--timeout", "3", str(path)]) == 1
+    # 8 s per kernel: the gelu check must fit even on a loaded 2-core machine (3 s did not, once)
+    assert main(["plan", "verify", "--timeout", "8", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "silu: TIMEOUT" in out and "not done within 3 s" in out
+    assert "silu: TIMEOUT" in out and "not done within 8 s" in out
     assert "gelu: ok" in out and "1 of 2 kernel(s) verified" in out
     import multiprocessing
 
