@@ -2,8 +2,10 @@
 
 Per function it runs `candidates` independent conversations. Each conversation asks for a kernel (the `generate`
 prompt), screens it, runs it in the sandbox against the harness oracle, and feeds every failure back (`fix`) for up
-to `attempts` turns; after the first correct kernel it spends `optimize_rounds` more turns asking for faster
-versions (`optimize`: latency vs PyTorch, vs the roofline floor and vs an empty kernel launch). The fastest correct
+to `attempts` turns (a `harness_error` verdict, a failure of the harness and not of the kernel, ends the
+conversation instead: it is never sent to the model as its fault); after the first correct kernel it spends
+`optimize_rounds` more turns asking for faster versions (`optimize`: latency vs PyTorch, vs the roofline floor and
+vs an empty kernel launch). The fastest correct
 kernel over all conversations becomes a `GeneratedKernelProvider`. Validated kernels are cached on disk, so a second
 `make_plan` on the same model makes no LLM call. Everything said and measured is written under an artifacts folder.
 
@@ -35,6 +37,7 @@ from agent.replies import extract_code, no_code_feedback
 from agent.sandbox import SandboxPool, SandboxResult
 from forge.execution import Execution
 from forge.functional import functional_names
+from forge.outcome import Outcome
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample, SampleCounter, iter_tensors
 
@@ -66,6 +69,7 @@ class _ConversationOutcome:
     best_result: SandboxResult | None = None
     turns: int = 0
     error: str | None = None
+    harness_error: bool = False  # stopped because the harness failed, not the kernel
     history: list[_Attempt] = field(default_factory=list)
 
     @property
@@ -77,12 +81,14 @@ class _ConversationOutcome:
 
 @dataclass(frozen=True)
 class ModuleGenerationResult:
-    """Outcome of `generate_module`: exactly one of `source` (a checked `ModelNew` file) or `error`."""
+    """Outcome of `generate_module`: exactly one of `source` (a checked `ModelNew` file) or `error`; `outcome` is
+    `harness_error` when the harness, not the model, stopped it."""
 
     source: str | None
     error: str | None
     usage: dict[str, Any]
     attempts: int
+    outcome: Outcome | None = None
 
 
 class LLMKernelGenerator(KernelGenerator):
@@ -256,8 +262,9 @@ class LLMKernelGenerator(KernelGenerator):
         correct = [o for o in outcomes if o.best_code is not None]
         if not correct:
             errors = "; ".join(f"conversation {o.index}: {o.error}" for o in outcomes)
+            harness = any(o.harness_error for o in outcomes)
             return KernelGenerationResult(function=function, error=f"no correct kernel for {function}: {errors}",
-                                          usage=usage)
+                                          usage=usage, outcome=Outcome.HARNESS_ERROR if harness else None)
         best = max(correct, key=lambda o: o.speedup)
         metadata = {
             "model": self.config.model,
@@ -379,6 +386,12 @@ class LLMKernelGenerator(KernelGenerator):
                     if result.details.get("cancelled"):
                         outcome.error = "cancelled"
                         break
+                    if not result.status.blames_candidate:  # the harness failed: never told to the model as its fault
+                        outcome.error = f"{Outcome.HARNESS_ERROR.value}: {result.message}"
+                        outcome.harness_error = True
+                        logger.warning("%s: conversation %d for %s stopped: %s", self.name, index, task.function,
+                                       outcome.error)
+                        break
                     last_code = code
                     messages.append({"role": "user", "content": self.renderer.fix(task, code, result)})
         except LLMError as exc:
@@ -417,8 +430,13 @@ class LLMKernelGenerator(KernelGenerator):
                     messages.append({"role": "user", "content": self.renderer.fix_module(task, last_code, failure)})
                     continue
                 verdict = evaluate(extracted.code)
-                if getattr(verdict, "status", None) == "ok":
+                status = getattr(verdict, "status", None)
+                if status == Outcome.OK:
                     return ModuleGenerationResult(extracted.code, None, self._usage_for(tag), turns)
+                if status == Outcome.HARNESS_ERROR:  # not the model's fault: stop without blaming it
+                    return ModuleGenerationResult(
+                        None, f"{Outcome.HARNESS_ERROR.value}: {getattr(verdict, 'message', '')}",
+                        self._usage_for(tag), turns, outcome=Outcome.HARNESS_ERROR)
                 last_code = extracted.code
                 messages.append({"role": "user", "content": self.renderer.fix_module(task, last_code, verdict)})
         except LLMError as exc:

@@ -122,4 +122,4 @@ def _task_failure(exc: BaseException) -> str:
     text = " ".join(str(exc).split())[:400]
     if "WorkerCrashed" in name or "died" in text.lower() or "ActorDied" in name:
         return f"crash: ray worker died ({name}: {text})"
-    return f"harness error: ray task failed ({name}: {text})"
+    return f"harness_error: ray task failed ({name}: {text})"

@@ -16,7 +16,13 @@ end-to-end check runs the model that way. The plan records the mode.
 Every candidate, static or generated, goes through the same `KernelUtils.validate` then `KernelUtils.benchmark`.
 Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.2x PyTorch in its sandbox measured
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
-A failing provider or generator is reported and skipped; it never breaks the plan.
+A failing provider or generator is reported and skipped; it never breaks the plan. Report statuses are
+`ReportStatus` values: a candidate the oracle rejects is `mismatch` or `runtime_error` (`forge.outcome.Outcome`);
+a failure of the harness (the reference raising or running out of memory in `validate`, the PyTorch baseline failing
+to be timed) is `harness_error`, never charged to the candidate. Candidate code (a provider's `prepare` and calls, a
+generator's `prepare`/`submit`/result, a generated provider's attributes) runs inside `forge.outcome`'s containment:
+its `SystemExit`, `GeneratorExit` or self-raised `KeyboardInterrupt` is recorded as `runtime_error` (the error names
+the type) and `make_plan` goes on; the user's Ctrl-C (a real SIGINT) and interrupts raised by the harness propagate.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import pandas as pd
@@ -41,19 +48,53 @@ from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
 from forge.functional import original_function
+from forge.outcome import (
+    CandidateAbort,
+    CandidateCall,
+    HarnessError,
+    Outcome,
+    candidate_code,
+    outcome_of_issues,
+    watch_interrupts,
+)
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.samples import Sample, iter_tensors
 
-__all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS"]
+__all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS", "ReportStatus"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_GENERATION_TIMEOUT_S = 21600.0
 GENERATION_TIMEOUT_ENV = "KFORGE_GENERATION_TIMEOUT"
 REPORT_COLUMNS = ["function", "candidate", "source", "status", "latency_ms", "spread", "speedup", "error"]
+
+
+class ReportStatus(StrEnum):
+    """The `status` column of `KernelOptimizer.report`."""
+
+    BASELINE = "baseline"
+    SELECTED = "selected"
+    VALID = "valid"  # correct and faster than PyTorch, but not the fastest
+    SLOWER = "slower"
+    NOT_SIGNIFICANT = "not significant"  # the fastest, but not beyond the noise
+    DROPPED = "dropped (slower end to end)"
+    PREPARE_REFUSED = "prepare_refused"
+    NOT_CAPTURABLE = "not_capturable"
+    INVALID = "invalid"  # a generator returned an unusable provider
+    FAILED = "failed"  # a generator failed (not a candidate)
+    GENERATION_FAILED = "generation_failed"
+    TIMEOUT = "timeout"
+    MISMATCH = Outcome.MISMATCH.value
+    RUNTIME_ERROR = Outcome.RUNTIME_ERROR.value
+    HARNESS_ERROR = Outcome.HARNESS_ERROR.value
+
+
+def _aborted(exc: BaseException) -> str:
+    return f"{exc} (contained: the candidate tried to end the process)" if isinstance(exc, CandidateAbort) else \
+        f"{type(exc).__name__}: {exc}"
 
 
 def _default_generation_timeout() -> float:
@@ -178,6 +219,19 @@ class KernelOptimizer:
         """Profile `function(*sample)` for each sample of `data` inside `module` and return the best plan for running
         it as `execution` (`"eager"`, `"cuda_graphs"` or `"compile"`; `compile_options` go to `torch.compile` in the
         end-to-end check)."""
+        with watch_interrupts():  # tells a candidate's own KeyboardInterrupt from the user's Ctrl-C
+            return self._make_plan(function, data, module=module, execution=execution,
+                                   compile_options=compile_options)
+
+    def _make_plan(
+        self,
+        function: Callable,
+        data: Sequence[Any] | None,
+        *,
+        module: nn.Module | None,
+        execution: Execution | str,
+        compile_options: dict[str, Any] | None,
+    ) -> KernelOptimizationPlan:
         execution = parse_execution(execution)
         if module is None:
             if isinstance(function, nn.Module):
@@ -273,14 +327,21 @@ class KernelOptimizer:
                 if name not in support[id(generator)]:
                     continue
                 try:
-                    generator.use_execution(self._execution)
-                    if not generator.prepare(name, search.unique_samples):
-                        self._row(name, str(generator), "generated", "prepare_refused", error="generator declined")
+                    with candidate_code():
+                        generator.use_execution(self._execution)
+                        ready = generator.prepare(name, search.unique_samples)
+                        future = generator.submit(name, search.unique_samples) if ready else None
+                    if future is None:
+                        self._row(name, str(generator), "generated", ReportStatus.PREPARE_REFUSED,
+                                  error="generator declined")
                         continue
-                    future = generator.submit(name, search.unique_samples)
+                except CandidateAbort as exc:
+                    logger.warning("Generator %s tried to end the process for %s: %s", generator, name, exc)
+                    self._row(name, str(generator), "generated", ReportStatus.RUNTIME_ERROR, error=_aborted(exc))
+                    continue
                 except Exception as exc:
                     logger.warning("Generator %s failed to start for %s: %s", generator, name, exc, exc_info=True)
-                    self._row(name, str(generator), "generated", "failed", error=f"{type(exc).__name__}: {exc}")
+                    self._row(name, str(generator), "generated", ReportStatus.FAILED, error=_aborted(exc))
                     continue
                 progress("generation started: %s for %s", generator, name)
                 tasks.append(_GenerationTask(name, generator, future))
@@ -295,15 +356,15 @@ class KernelOptimizer:
                 done += 1
                 progress("[%d/%d] %s: preparing %s", done, total, name, provider.name)
                 try:
-                    with torch.no_grad():
+                    with torch.no_grad(), candidate_code():
                         ready = provider.prepare(search.unique_samples)
                 except Exception as exc:
                     logger.warning("Provider %s failed to prepare for %s: %s", provider.name, name, exc)
-                    self._row(name, provider.name, "static", "failed",
-                              error=f"prepare raised {type(exc).__name__}: {exc}")
+                    self._row(name, provider.name, "static", ReportStatus.RUNTIME_ERROR,
+                              error=f"prepare raised {_aborted(exc)}")
                     continue
                 if not ready:
-                    self._row(name, provider.name, "static", "prepare_refused",
+                    self._row(name, provider.name, "static", ReportStatus.PREPARE_REFUSED,
                               error="provider cannot serve these samples")
                     continue
                 self._evaluate(search, provider, "static", provider.name)
@@ -330,7 +391,7 @@ class KernelOptimizer:
             )
             for task in by_future.values():
                 task.future.cancel()
-                self._row(task.function, str(task.generator), "generated", "timeout",
+                self._row(task.function, str(task.generator), "generated", ReportStatus.TIMEOUT,
                           error=f"not finished within {self.generation_timeout:.1f}s")
             for generator in {id(t.generator): t.generator for t in by_future.values()}.values():
                 try:
@@ -340,47 +401,68 @@ class KernelOptimizer:
 
     def _evaluate_generation(self, search: _FunctionSearch, task: _GenerationTask, future: cf.Future) -> None:
         label = str(task.generator)
+        failure = None if future.cancelled() else future.exception(timeout=0)
+        if failure is not None and not isinstance(failure, Exception):  # SystemExit etc. in the generation thread
+            logger.warning("Kernel generation in %s for %s raised %s", label, search.name, type(failure).__name__)
+            self._row(search.name, label, "generated", ReportStatus.RUNTIME_ERROR,
+                      error=_aborted(CandidateAbort(failure)))
+            return
         try:
-            result = future.result()
+            result = future.result(timeout=0)
         except Exception as exc:
             logger.warning("Kernel generation failed in %s for %s: %s", label, search.name, exc)
-            self._row(search.name, label, "generated", "failed", error=f"{type(exc).__name__}: {exc}")
+            self._row(search.name, label, "generated", ReportStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             return
         if not isinstance(result, KernelGenerationResult):
-            self._row(search.name, label, "generated", "failed", error=f"future returned {type(result).__name__}")
+            self._row(search.name, label, "generated", ReportStatus.FAILED,
+                      error=f"future returned {type(result).__name__}")
             return
         if not result.succeeded:
             logger.warning("Generator %s produced no candidate for %s: %s", label, search.name, result.error)
-            self._row(search.name, label, "generated", "generation_failed", error=result.error)
+            status = (ReportStatus.HARNESS_ERROR if result.outcome == Outcome.HARNESS_ERROR
+                      else ReportStatus.GENERATION_FAILED)
+            self._row(search.name, label, "generated", status, error=result.error)
             return
         provider = result.provider
-        if provider.supported_function != search.name or result.function != search.name:
-            self._row(search.name, label, "generated", "invalid",
-                      error=f"generator returned a provider for {provider.supported_function!r}")
+        try:
+            with candidate_code():  # a generated provider's attributes run its code
+                problem = self._unusable(provider, result, search.name)
+        except Exception as exc:
+            problem = (ReportStatus.RUNTIME_ERROR if isinstance(exc, CandidateAbort) else ReportStatus.INVALID,
+                       f"provider is not usable: {_aborted(exc)}")
+        if problem is not None:
+            self._row(search.name, label, "generated", problem[0], error=problem[1])
             return
+        self._evaluate(search, provider, "generated", result.description or f"{label}: {provider.name}")
+
+    @staticmethod
+    def _unusable(provider: KernelProvider, result: KernelGenerationResult,
+                  name: str) -> tuple[ReportStatus, str] | None:
+        if provider.supported_function != name or result.function != name:
+            return ReportStatus.INVALID, f"generator returned a provider for {provider.supported_function!r}"
         if not provider.is_ready:
-            self._row(search.name, label, "generated", "invalid", error="generated provider is not ready")
-            return
+            return ReportStatus.INVALID, "generated provider is not ready"
         try:
             provider.to_dict()
         except Exception as exc:
-            self._row(search.name, label, "generated", "invalid", error=f"provider is not serialisable: {exc}")
-            return
-        self._evaluate(search, provider, "generated", result.description or f"{label}: {provider.name}")
+            return ReportStatus.INVALID, f"provider is not serialisable: {exc}"
+        return None
 
     def _evaluate(self, search: _FunctionSearch, provider: KernelProvider, source: str, description: str) -> None:
         """Validate now; timing waits for `_select`, when no generator or sandbox child shares the device."""
         name = search.name
         try:
             progress("%s: validating %s", name, provider.name)
-            errors = self.kernel_utils.validate(search.reference, provider, search.unique_samples)
-        except Exception as exc:
-            logger.warning("Candidate evaluation failed for %s: %s", description, exc, exc_info=True)
-            self._row(name, provider.name, source, "failed", error=f"{type(exc).__name__}: {exc}")
+            errors = self.kernel_utils.validate(search.reference, CandidateCall(provider), search.unique_samples)
+        except Exception as exc:  # validate contains the candidate: what escapes is the harness's failure
+            logger.warning("The harness failed validating %s (not the candidate's fault): %s", description, exc,
+                           exc_info=not isinstance(exc, HarnessError))
+            self._row(name, provider.name, source, ReportStatus.HARNESS_ERROR, error=f"{type(exc).__name__}: {exc}")
             return
         if errors:
             logger.info("Validation failed for %s: %s", description, errors[:3])
-            self._row(name, provider.name, source, "invalid", error="; ".join(errors[:3]))
+            status = ReportStatus(outcome_of_issues(errors).value)
+            self._row(name, provider.name, source, status, error="; ".join(map(str, errors[:3])))
             return
         search.candidates.append(_Candidate(provider, source, description))
 
@@ -398,24 +480,26 @@ class KernelOptimizer:
                 timed: list[_Candidate] = []
                 for c in search.candidates:
                     try:
-                        c.result = utils.benchmark(c.provider, search.benchmark_samples)
+                        c.result = utils.benchmark(CandidateCall(c.provider), search.benchmark_samples)
                     except NotCapturableError as exc:
                         logger.warning("%s cannot run under CUDA graphs: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, "not_capturable", error=str(exc))
+                        self._row(name, c.provider.name, c.source, ReportStatus.NOT_CAPTURABLE, error=str(exc))
                         continue
                     except Exception as exc:
                         logger.warning("Benchmark failed for %s: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, "failed", error=f"benchmark raised {exc}")
+                        self._row(name, c.provider.name, c.source, ReportStatus.RUNTIME_ERROR,
+                                  error=f"benchmark raised {_aborted(exc)}")
                         continue
                     timed.append(c)
                 second = utils.benchmark(search.reference, search.benchmark_samples)
-            except Exception as exc:
+            except Exception as exc:  # PyTorch itself could not be timed: not the candidates' fault
                 logger.warning("Baseline benchmark failed for %s: %s", name, exc)
                 for c in search.candidates:
-                    self._row(name, c.provider.name, c.source, "failed", error=f"baseline failed: {exc}")
+                    self._row(name, c.provider.name, c.source, ReportStatus.HARNESS_ERROR,
+                              error=f"baseline failed: {exc}")
                 continue
             baseline = min((first, second), key=lambda b: b.median_ms)
-            self._row(name, "PyTorch (eager)", "baseline", "baseline", baseline, baseline=baseline)
+            self._row(name, "PyTorch (eager)", "baseline", ReportStatus.BASELINE, baseline, baseline=baseline)
             if not timed:
                 continue
             ranked = sorted(timed, key=lambda c: c.result.median_ms)
@@ -423,13 +507,13 @@ class KernelOptimizer:
             chosen = best if all(best.result.is_faster_than(b) for b in (first, second)) else None
             for c in ranked:
                 if c is chosen:
-                    status = "selected"
+                    status = ReportStatus.SELECTED
                 elif c.result.median_ms >= baseline.median_ms:
-                    status = "slower"
+                    status = ReportStatus.SLOWER
                 elif c is best:
-                    status = "not significant"
+                    status = ReportStatus.NOT_SIGNIFICANT
                 else:
-                    status = "valid"
+                    status = ReportStatus.VALID
                 self._row(name, c.provider.name, c.source, status, c.result, baseline=baseline)
             if chosen is not None:
                 entries.append(
@@ -465,8 +549,10 @@ class KernelOptimizer:
             runner = ModelRunner(module, samples, execution=execution, plan=plan,
                                  compile_options=self._compile_options, function=target)
             try:
-                return time_model(runner, execution=execution, device=device, rounds=self.kernel_utils.rounds,
-                                  min_run_time_s=self.kernel_utils.min_run_time_s, warmup=self.kernel_utils.warmup)
+                with candidate_code():  # the selected kernels run inside the model here
+                    return time_model(runner, execution=execution, device=device, rounds=self.kernel_utils.rounds,
+                                      min_run_time_s=self.kernel_utils.min_run_time_s,
+                                      warmup=self.kernel_utils.warmup)
             finally:
                 runner.close()
 
@@ -505,8 +591,8 @@ class KernelOptimizer:
 
     def _mark_dropped(self, entry: PlanEntry) -> None:
         for row in self._rows:
-            if row["function"] == entry.function and row["status"] == "selected":
-                row["status"] = "dropped (slower end to end)"
+            if row["function"] == entry.function and row["status"] == ReportStatus.SELECTED:
+                row["status"] = ReportStatus.DROPPED
 
     # -- report -------------------------------------------------------------------------------------------
     def _row(
@@ -514,7 +600,7 @@ class KernelOptimizer:
         function: str,
         candidate: str,
         source: str,
-        status: str,
+        status: ReportStatus,
         result: BenchmarkResult | None = None,
         *,
         baseline: BenchmarkResult | None = None,
@@ -525,7 +611,7 @@ class KernelOptimizer:
                 "function": function,
                 "candidate": candidate,
                 "source": source,
-                "status": status,
+                "status": ReportStatus(status),
                 "latency_ms": result.median_ms if result is not None else None,
                 "spread": result.spread if result is not None else None,
                 "speedup": (baseline.median_ms / result.median_ms) if result is not None and baseline else None,

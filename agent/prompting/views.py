@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agent.roofline import RooflineEstimate
+from forge.outcome import ValidationIssue
 
 __all__ = [
     "Failure",
@@ -124,6 +125,13 @@ _KIND_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("runtime", "exception", "raise", "execution")),
 )
 
+# The sandbox's statuses (`forge.outcome.Outcome` values) map to kinds exactly; other statuses (free-form, from
+# callers outside the harness) go through the keywords above, then the details.
+_OUTCOME_KINDS: dict[str, str] = {
+    "compile_error": "compile", "runtime_error": "runtime", "mismatch": "mismatch", "timeout": "timeout",
+    "crash": "crash", "forbidden": "forbidden", "harness_error": "harness", "ok": "other",
+}
+
 HEADLINES: dict[str, str] = {
     "compile": "the file did not compile (Python import or Triton compilation failed)",
     "runtime": "the file raised an exception while running",
@@ -131,6 +139,7 @@ HEADLINES: dict[str, str] = {
     "timeout": "the run did not finish in time",
     "crash": "the process running your kernel crashed",
     "forbidden": "the file uses forbidden constructs and was rejected before running",
+    "harness": "the harness failed while checking (not a fault of your kernel)",
     "no_code": "your reply contained no ```python code block",
     "truncated": "your reply was cut off before the code block was complete",
     "other": "the attempt failed",
@@ -147,6 +156,8 @@ _SIGNAL_HINTS = {
 
 
 def _classify(status: str, failure: Failure) -> str:
+    if status in _OUTCOME_KINDS:
+        return _OUTCOME_KINDS[status]
     lowered = status.lower().replace("-", "_").replace(" ", "_")
     for kind, words in _KIND_KEYWORDS:
         if any(w in lowered for w in words):
@@ -217,8 +228,9 @@ class Failure:
 
         Details (looked up in `details`, then on the object): compile_log, exception (text or exception object),
         traceback (text, list of lines, or taken from the exception), errors (list[str]), mismatches (list of row
-        mappings, see `worst_mismatches`), signal (number or name; signal_number), timeout_s, violations (objects
-        or dicts with construct, line, message), reply, stderr_tail (or the object's `stderr`). The sandbox's
+        mappings, see `worst_mismatches`; else built from `issues`, the oracle's `forge.outcome.ValidationIssue`s
+        or their dicts, as the sandbox sends them), signal (number or name; signal_number), timeout_s, violations
+        (objects or dicts with construct, line, message), reply, stderr_tail (or the object's `stderr`). The sandbox's
         `SandboxResult` (exception as {"type", "message", "traceback"}) is read as is. `previous_code` adds the
         offending source line to each violation.
         """
@@ -244,6 +256,7 @@ class Failure:
         if isinstance(errors, str):
             errors = (errors,)
         timeout = _lookup(value, "timeout_s")
+        mismatches = _lookup(value, "mismatches") or _issue_rows(_lookup(value, "issues"))
         return cls(
             status=status,
             message=_text(_get(value, "message")) or "",
@@ -251,13 +264,18 @@ class Failure:
             exception=_text(exception),
             traceback=_text(trace),
             errors=tuple(str(e) for e in errors),
-            mismatches=tuple(dict(row) for row in (_lookup(value, "mismatches") or ())),
+            mismatches=tuple(_table_row(row) for row in mismatches),
             signal=signal,
             timeout_s=float(timeout) if timeout is not None else None,
             violations=tuple(_violation(v, previous_code) for v in (_lookup(value, "violations") or ())),
             reply=_text(_lookup(value, "reply")),
             stderr=_text(stderr),
         )
+
+    @property
+    def blames_candidate(self) -> bool:
+        """False for a harness failure: that is never sent to the model as its fault."""
+        return self.kind != "harness"
 
     @property
     def headline(self) -> str:
@@ -284,6 +302,25 @@ class Failure:
             "reply": excerpt(self.reply, 600, 1200),
             "stderr": _tail_lines(self.stderr, 30, 2000) if self.kind in ("crash", "timeout") else None,
         }
+
+
+_TABLE_ROWS = 8
+
+
+def _issue_rows(issues: Any) -> list[dict[str, Any]]:
+    """Mismatch-table rows from the oracle's structured issues (`forge.outcome.ValidationIssue`s or their dicts)."""
+    rows: list[dict[str, Any]] = []
+    for issue in issues or ():
+        if not isinstance(issue, ValidationIssue):
+            issue = ValidationIssue.from_dict(issue) if isinstance(issue, Mapping) else None
+        if issue is not None:
+            rows += issue.table_rows()
+    return rows[:_TABLE_ROWS]
+
+
+def _table_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as given, with a JSON list index shown as a tuple."""
+    return {k: (tuple(v) if k == "index" and isinstance(v, list) else v) for k, v in row.items()}
 
 
 def _violation(value: Any, previous_code: str | None) -> ViolationView:

@@ -2,10 +2,13 @@
 
 Steps: apply resource limits; load the job and the samples (moved to the job's device); bind the harness's
 `validate`/`benchmark` and the original PyTorch function before any candidate code runs; import the candidate file
-(a failure is a `compile_error`); run `validate` (wrong results: `mismatch`; the candidate raised: `runtime_error`,
-or `compile_error` when the language says the exception is its compiler's); then, if asked, benchmark the candidate
-and the original function on the same distribution; write the verdict atomically. A signal or a hang is classified
-by the parent, which also owns the wall-clock limit.
+(a failure is a `compile_error`); run `validate` (wrong results: `mismatch`, with the oracle's structured issues
+and the worst elements as `details["mismatches"]` rows for the fix prompt's table; the candidate raised:
+`runtime_error`, or `compile_error` when the language says the exception is its compiler's); then, if asked,
+benchmark the candidate and the original function on the same distribution; write the verdict atomically. A
+failure of the harness itself (the reference raising or running out of memory: `forge.outcome.HarnessError`; any
+other exception outside the candidate's code) is `harness_error`, never `crash`: the candidate is not blamed for it.
+A signal or a hang is classified by the parent, which also owns the wall-clock limit.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from agent.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, RESULT_FI
 __all__ = ["apply_limits", "is_device_fault", "main", "run_job"]
 
 _TRACEBACK_CHARS = 4000
+_MISMATCH_ROWS = 8
 _LOG_CHARS = 4000
 _MESSAGE_CHARS = 300
 
@@ -114,6 +118,26 @@ def _failure(language: Any, exc: BaseException, tb_text: str | None, phase: str,
     return {"status": kind, "message": message, "details": details}
 
 
+def _mismatch_rows(issues: list[Any]) -> list[dict[str, Any]]:
+    """The worst elements of the first value mismatches, as JSON-safe table rows (sample, input, output, index,
+    expected, actual, abs_diff, allowed)."""
+    rows: list[dict[str, Any]] = []
+    for issue in issues:
+        for row in issue.table_rows():
+            if len(rows) >= _MISMATCH_ROWS:
+                return rows
+            rows.append({k: (list(v) if isinstance(v, tuple) else _json_value(v)) for k, v in row.items()})
+    return rows
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "+inf" if value > 0 else "-inf"
+    return value
+
+
 def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
     """Everything after the limits; returns the verdict dict written to result.json."""
     import torch
@@ -123,6 +147,7 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
     from forge.checking.benchmarking import NotCapturableError
     from forge.execution import TimingMode
     from forge.functional import original_function
+    from forge.outcome import HarnessError, Outcome, issue_of
     from forge.samples import Sample, clone_value
 
     phase_s: dict[str, float] = {}
@@ -162,6 +187,19 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
     candidate = _Recorder(entry)
     try:
         errors = list(validate(reference, candidate, samples))
+    except HarnessError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        if is_device_fault(cause):  # asynchronous kernel faults surface at the harness's next synchronisation
+            verdict = {"status": Outcome.RUNTIME_ERROR.value,
+                       "message": f"device fault after the candidate's kernels ran: {_short(str(cause))}",
+                       "details": {"phase": "validation", "device_fault": True,
+                                   "exception": _exception_details(cause)}}
+        else:
+            verdict = {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {_short(exc.reason)}",
+                       "details": {"phase": "validation", "out_of_memory": exc.out_of_memory,
+                                   "harness_error": _exception_details(cause)}}
+        verdict["details"]["phase_s"] = phase_s
+        return verdict
     except BaseException as exc:  # noqa: BLE001 - validate raises only on harness problems or BaseException
         if candidate.exception is not None:
             verdict = _failure(language, candidate.exception, candidate.traceback, "validation")
@@ -177,12 +215,16 @@ def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
         return verdict
     phase_s["validate"] = time.perf_counter() - start
     if errors:
+        issues = [issue_of(e) for e in errors]
+        found = {"errors": [str(e) for e in errors], "issues": [i.to_dict() for i in issues],
+                 "mismatches": _mismatch_rows(issues)}
         if candidate.exception is not None:
-            verdict = _failure(language, candidate.exception, candidate.traceback, "validation", errors=errors)
+            verdict = _failure(language, candidate.exception, candidate.traceback, "validation", **found)
         else:
             first = _short(errors[0], 200)
-            verdict = {"status": "mismatch", "message": f"{len(errors)} validation error(s); first: {first}",
-                       "details": {"phase": "validation", "errors": errors}}
+            verdict = {"status": Outcome.MISMATCH.value,
+                       "message": f"{len(errors)} validation error(s); first: {first}",
+                       "details": {"phase": "validation", **found}}
         verdict["details"]["phase_s"] = phase_s
         return verdict
 
@@ -237,8 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict = run_job(folder, job)
     except BaseException as exc:  # noqa: BLE001 - a harness failure must still produce a verdict
-        verdict = {"status": "crash", "message": f"sandbox harness error: {type(exc).__name__}: {_short(str(exc))}",
-                   "details": {"harness_error": _exception_details(exc)}}
+        from forge.outcome import Outcome, is_memory_exhaustion
+
+        verdict = {"status": Outcome.HARNESS_ERROR.value,
+                   "message": f"sandbox harness error: {type(exc).__name__}: {_short(str(exc))}",
+                   "details": {"harness_error": _exception_details(exc),
+                               "out_of_memory": is_memory_exhaustion(exc)}}
     write_json_atomic(folder / RESULT_FILE, verdict)
     return 0
 

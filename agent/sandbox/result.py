@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+from forge.outcome import Outcome, ValidationIssue
 
 __all__ = ["STATUSES", "SandboxResult", "SandboxStatus"]
 
-SandboxStatus = Literal["ok", "compile_error", "runtime_error", "mismatch", "timeout", "crash", "forbidden"]
-STATUSES: tuple[str, ...] = ("ok", "compile_error", "runtime_error", "mismatch", "timeout", "crash", "forbidden")
+SandboxStatus = Outcome
+STATUSES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
 @dataclass(frozen=True)
 class SandboxResult:
     """Outcome of `run_candidate`.
 
-    `status`: `ok` (correct; timed when benchmarking was asked), `compile_error` (syntax error, import failure,
-    language compiler error), `runtime_error` (the candidate raised), `mismatch` (wrong results: `details["errors"]`),
-    `timeout` (wall-clock limit, or cancelled: `details["cancelled"]`), `crash` (killed by a signal:
-    `details["signal"]`, or no valid result), `forbidden` (refused by screening: `details["violations"]`; nothing ran).
+    `status` (a `forge.outcome.Outcome`, a str enum): `ok` (correct; timed when benchmarking was asked),
+    `compile_error` (syntax error, import failure, language compiler error), `runtime_error` (the candidate raised),
+    `mismatch` (wrong results: `details["errors"]`, the oracle's structured `details["issues"]` (see `issues`) and the
+    worst elements as table rows `details["mismatches"]`), `timeout` (wall-clock limit, or cancelled:
+    `details["cancelled"]`), `crash` (killed by a signal: `details["signal"]`, or no valid result), `forbidden`
+    (refused by screening: `details["violations"]`; nothing ran), `harness_error` (the harness failed, e.g. the
+    reference ran out of memory: `details["harness_error"]`, `details["out_of_memory"]`; not the candidate's fault).
     `message` is one short line. `details` holds structured context: `violations`, `compile_log`, `exception`
-    (`type`, `message`, `traceback`), `errors`, `signal`/`signal_number`, `exit_code`, `phase`, `cancelled`.
+    (`type`, `message`, `traceback`), `errors`, `issues`, `mismatches`, `signal`/`signal_number`, `exit_code`,
+    `phase`, `cancelled`.
     `latency_ms` / `baseline_ms` are `BenchmarkResult.to_dict()` of the candidate and of the original PyTorch function
     timed in the same child (None when not benchmarked). `stdout`/`stderr` are the child's output (truncated).
     `isolation` is an `agent.sandbox.isolation.IsolationLevel` (a str enum: `boundary`, `network`, `none`), with
@@ -44,6 +50,12 @@ class SandboxResult:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown sandbox status {self.status!r}; expected one of {', '.join(STATUSES)}")
+        object.__setattr__(self, "status", Outcome(self.status))
+
+    @property
+    def issues(self) -> tuple[ValidationIssue, ...]:
+        """The oracle's structured issues (mismatch and runtime_error verdicts from validation), else ()."""
+        return tuple(ValidationIssue.from_dict(d) for d in self.details.get("issues") or ())
 
     @property
     def ok(self) -> bool:

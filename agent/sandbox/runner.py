@@ -529,7 +529,7 @@ def _classify(outcome: _Outcome, folder: Path, timeout_s: float, *, exit_codes_c
         details.update(stderr_tail=stderr[-2000:], result_error=f"{type(exc).__name__}: {exc}")
         return {**fields, "status": "crash", "message": f"child exited with code {code} without a valid result",
                 "details": details}
-    if status not in {"ok", "compile_error", "runtime_error", "mismatch", "crash"}:
+    if status not in {"ok", "compile_error", "runtime_error", "mismatch", "crash", "harness_error"}:
         details.update(result_error=f"unexpected status {status!r}")
         return {**fields, "status": "crash", "message": "child wrote an invalid result", "details": details}
     details.update(verdict.get("details") or {})

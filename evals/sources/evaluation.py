@@ -17,7 +17,12 @@ reflects eager's own rounding error. Then candidate, `Model` and `torch.compile(
 
 Failures are `"<category>: <detail>"`: `unsupported`, `generation failed`, `compile error` (the candidate could not
 be built), `runtime error` (it raised), `incorrect` (wrong results), `benchmark error`, `cuda_error` (a CUDA fault;
-the worker process then exits, see `evals.workers`), `source error` / `harness error` (bugs outside the candidate).
+the worker process then exits, see `evals.workers`), `source error` (a bug of the source), `harness_error` (the
+harness failed: the reference raised or ran out of memory in the oracle (`forge.outcome.HarnessError`), or a bug of
+ours; never counted as the candidate's `incorrect`). The category is decided from typed values (the oracle's
+`ValidationIssue.kind`, `HarnessError`), never by searching our own messages; only third-party exception text is
+searched, for CUDA faults. Each record also carries `outcome`, a `forge.outcome.Outcome` value (`ok`, `mismatch`,
+`runtime_error`, `compile_error`, `harness_error`; None when no candidate was judged: unsupported, generation failed).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import torch
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
 from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils
+from forge.outcome import HarnessError, Outcome, issue_of, outcome_of_issues
 from forge.samples import Sample, iter_tensors
 
 if TYPE_CHECKING:
@@ -70,6 +76,12 @@ CUDA_ERROR_MARKERS = (
     "uncorrectable ecc error",
 )
 MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
+HARNESS_ERROR = Outcome.HARNESS_ERROR.value  # the failure category of a harness failure
+# The typed outcome of each failure category this module writes (categories of records made elsewhere: none).
+_CATEGORY_OUTCOMES = {"compile error": Outcome.COMPILE_ERROR, "runtime error": Outcome.RUNTIME_ERROR,
+                      "incorrect": Outcome.MISMATCH, "benchmark error": Outcome.RUNTIME_ERROR,
+                      "cuda_error": Outcome.RUNTIME_ERROR, HARNESS_ERROR: Outcome.HARNESS_ERROR,
+                      "source error": Outcome.HARNESS_ERROR}
 _DETAIL_CHARS = 600
 _KEPT_ERRORS = 3
 _SEED = 0
@@ -209,17 +221,35 @@ def evaluate_problem(source: EvalSource, problem: Problem, sample_index: int, de
             _evaluate_module(source, problem, target, utils, record, notes)
         else:
             record["failure_reason"] = failure_text("unsupported", f"unknown problem kind {problem.kind!r}")
-    except Exception as exc:  # noqa: BLE001 - a harness bug is recorded, not raised
-        logger.warning("evaluating %s failed in the harness", problem.label(), exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - a harness failure is recorded, not raised, never charged to the candidate
+        logger.warning("evaluating %s failed in the harness", problem.label(),
+                       exc_info=not isinstance(exc, HarnessError))
         record["correct"] = False
-        record["failure_reason"] = _exception_reason("harness error", exc)
+        category = "cuda_error" if is_cuda_error(_describe(exc)) else HARNESS_ERROR
+        record["failure_reason"] = failure_text(category, _describe(exc))
+        if isinstance(exc, HarnessError):
+            record["out_of_memory"] = exc.out_of_memory
     finally:
-        if target.type == "cuda" and not is_cuda_error(record.get("failure_reason")):
+        if target.type == "cuda" and failure_category_of(record.get("failure_reason")) != "cuda_error":
             torch.cuda.empty_cache()
     if notes:
         record["notes"] = notes
+    record["outcome"] = _outcome_of(record)
     record["wall_s"] = time.monotonic() - started
     return record
+
+
+def _outcome_of(record: dict[str, Any]) -> str | None:
+    if record.get("correct"):
+        return Outcome.OK.value
+    category = failure_category_of(record.get("failure_reason"))
+    outcome = _CATEGORY_OUTCOMES.get(category or "")
+    return outcome.value if outcome is not None else None
+
+
+def failure_category_of(reason: str | None) -> str | None:
+    """The category this module wrote before the first ':' of a failure reason (None for no reason)."""
+    return reason.split(":", 1)[0].strip() if reason else None
 
 
 def _candidate(source: EvalSource, make: Callable[[], Candidate]) -> Candidate:
@@ -235,13 +265,14 @@ def _candidate(source: EvalSource, make: Callable[[], Candidate]) -> Candidate:
 
 
 def _classify_errors(errors: Sequence[str], record: dict[str, Any]) -> None:
-    """Fill `compiled` / `failure_reason` / `errors` from the oracle's error list (non-empty)."""
-    record["errors"] = [_one_line(e) for e in errors[:_KEPT_ERRORS]]
-    first = errors[0]
-    raised = next((e for e in errors if "candidate raised" in e), None)
-    if any(is_cuda_error(e) for e in errors):
-        record["compiled"] = raised is None
-        record["failure_reason"] = failure_text("cuda_error", next(e for e in errors if is_cuda_error(e)))
+    """Fill `compiled` / `failure_reason` / `errors` from the oracle's issues (non-empty), by their typed kind."""
+    issues = [issue_of(e) for e in errors]
+    record["errors"] = [_one_line(e) for e in issues[:_KEPT_ERRORS]]
+    first = issues[0]
+    raised = next((e for e in issues if e.kind is Outcome.RUNTIME_ERROR), None)
+    if raised is not None and is_cuda_error(raised):  # the exception's own (third-party) text names a CUDA fault
+        record["compiled"] = False
+        record["failure_reason"] = failure_text("cuda_error", raised)
     elif raised is not None:
         record["compiled"] = False
         record["failure_reason"] = failure_text("runtime error", raised)
@@ -378,11 +409,12 @@ class ModelCall:
 @dataclasses.dataclass
 class ModuleCheck:
     """Outcome of `check_module_candidate`: `errors` (empty = correct), whether the candidate was built and ran,
-    the failure category, and the seed-`seeds[0]` models and inputs for timing."""
+    the failure category, the typed `outcome`, and the seed-`seeds[0]` models and inputs for timing."""
 
     errors: list[str]
     built: bool
     category: str | None = None
+    outcome: Outcome = Outcome.OK
     reference: ReferenceModel | None = None
     candidate: ModelCall | None = None
     inputs: list[Any] | None = None
@@ -405,14 +437,17 @@ def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callab
         except Exception as exc:  # noqa: BLE001 - the candidate could not be built
             text = _describe(exc)
             category = "cuda_error" if is_cuda_error(text) else "compile error"
-            return ModuleCheck([f"seed {seed}: building ModelNew raised {text}"], built=False, category=category)
+            return ModuleCheck([f"seed {seed}: building ModelNew raised {text}"], built=False, category=category,
+                               outcome=Outcome.COMPILE_ERROR)
         fresh = problem.make_inputs(seed, fresh=True, device=device)
         reference = ReferenceModel(reference_model)
         candidate = ModelCall(candidate_model, trusted=trusted)
         samples = [Sample(tuple(inputs), {}), Sample(tuple(fresh), {})]
-        errors = kernel_utils.validate(reference, candidate, samples)
+        errors = kernel_utils.validate(reference, candidate, samples)  # HarnessError: the harness failed
         if errors:
-            return ModuleCheck([f"seed {seed}: {e}" for e in errors], built=True)
+            issues = [issue_of(e) for e in errors]
+            return ModuleCheck([e.derive(f"seed {seed}: {e}") for e in issues], built=True,
+                               outcome=outcome_of_issues(issues))
         if kept is None:
             kept = ModuleCheck([], built=True, reference=reference, candidate=candidate, inputs=list(inputs))
     assert kept is not None, "check_module_candidate needs at least one seed"

@@ -36,6 +36,7 @@ from evals.sources.evaluation import MODULE_SEEDS, check_module_candidate, failu
 from evals.sources.isolated import run_isolated
 from forge.atomic import write_text_atomic
 from forge.checking import KernelUtils
+from forge.outcome import HarnessError, Outcome, issue_of
 from forge.provider import KernelGenerator
 from forge.samples import Sample
 
@@ -65,19 +66,28 @@ def _import_generator_class() -> type:
 def module_verdict(problem: ModuleProblem, source: str, device: str, kernel_utils: KernelUtils,
                    seeds: tuple[int, ...] = MODULE_SEEDS) -> dict[str, Any]:
     """Check one `ModelNew` source with the oracle (run in a child process by `LLMSource`); a JSON-safe verdict
-    `{"status": "ok" | "compile_error" | "runtime_error" | "mismatch", "message": ..., "errors": [...]}`."""
+    `{"status": "ok" | "compile_error" | "runtime_error" | "mismatch" | "harness_error", "message": ...,
+    "errors": [...], "issues": [...]}` (`issues`: the oracle's `ValidationIssue.to_dict()`s, for the fix prompt's
+    mismatch table)."""
     target = torch.device(device)
-    check = check_module_candidate(
-        problem, lambda seed: problem.instantiate_candidate(source, target, seed), target, kernel_utils, seeds=seeds)
+    try:
+        check = check_module_candidate(
+            problem, lambda seed: problem.instantiate_candidate(source, target, seed), target, kernel_utils,
+            seeds=seeds)
+    except HarnessError as exc:  # the reference failed (or ran out of memory): not the candidate's fault
+        return {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {exc.reason}", "errors": []}
     if check.ok:
-        return {"status": "ok", "message": "ModelNew matches Model on every seed", "errors": []}
-    if not check.built:
-        status = "compile_error"
-    elif any("candidate raised" in e for e in check.errors):
-        status = "runtime_error"
-    else:
-        status = "mismatch"
-    return {"status": status, "message": check.errors[0], "errors": check.errors[:8]}
+        return {"status": Outcome.OK.value, "message": "ModelNew matches Model on every seed", "errors": []}
+    issues = [issue_of(e).to_dict() for e in check.errors[:8]]
+    return {"status": check.outcome.value, "message": check.errors[0], "errors": [str(e) for e in check.errors[:8]],
+            "issues": issues}
+
+
+def _category(result: Any) -> str:
+    """`harness_error` when the generator says the harness stopped it (its typed `outcome`), else `generation
+    failed`."""
+    return Outcome.HARNESS_ERROR.value if getattr(result, "outcome", None) == Outcome.HARNESS_ERROR else \
+        "generation failed"
 
 
 class LLMSource(EvalSource):
@@ -210,7 +220,7 @@ class LLMSource(EvalSource):
                                                  " s and was cancelled"))
         usage = dict(result.usage or {})
         if result.error is not None or result.provider is None:
-            return Candidate.failed(failure_text("generation failed", result.error or "no provider"), usage)
+            return Candidate.failed(failure_text(_category(result), result.error or "no provider"), usage)
         return Candidate(name=result.provider.name, fn=result.provider, usage=usage)
 
     def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
@@ -232,7 +242,7 @@ class LLMSource(EvalSource):
         if getattr(result, "attempts", None) is not None:
             usage.setdefault("attempts", result.attempts)
         if result.error is not None or result.source is None:
-            return Candidate.failed(failure_text("generation failed", result.error or "no ModelNew"), usage)
+            return Candidate.failed(failure_text(_category(result), result.error or "no ModelNew"), usage)
         code = result.source
         return Candidate(name="ModelNew (LLM)", build=lambda seed: problem.instantiate_candidate(code, device, seed),
                          usage=usage)
@@ -251,7 +261,9 @@ class LLMSource(EvalSource):
         if outcome.status == "ok":
             verdict = outcome.value
             return SandboxResult(status=verdict["status"], message=verdict["message"],
-                                 details={"errors": verdict["errors"], "phase": "module check"})
-        status = {"error": "crash", "crash": "crash", "timeout": "timeout"}[outcome.status]
+                                 details={"errors": verdict["errors"], "issues": verdict.get("issues", []),
+                                          "phase": "module check"})
+        # "error": module_verdict itself raised, outside the candidate's contained calls: the harness failed
+        status = {"error": Outcome.HARNESS_ERROR.value, "crash": "crash", "timeout": "timeout"}[outcome.status]
         return SandboxResult(status=status, message=outcome.message.splitlines()[0] if outcome.message else status,
                              details={"phase": "module check", "stderr_tail": outcome.message[-2000:]})

@@ -1,6 +1,7 @@
 """The harness-owned correctness oracle and benchmark used for every candidate kernel.
 
-- `validate(reference_fn, candidate, samples, ...) -> list[str]`: empty list = correct (see `validation.py`).
+- `validate(reference_fn, candidate, samples, ...) -> list[ValidationIssue]`: empty list = correct; typed issues
+  that read as their message; raises `forge.outcome.HarnessError` when the harness fails (see `validation.py`).
 - `benchmark(fn, samples, ...) -> BenchmarkResult`: per-pass timing with fresh inputs, L2 flush, all-stream sync.
 - `benchmark_distribution(counted, max_calls=64) -> list[Sample]`: GCD-reduced, capped benchmark pass.
 - `KernelUtils`: the settings of both, bundled (configure or subclass it).

@@ -5,7 +5,8 @@ Outputs are walked as trees of tuples, lists and dicts; a leaf is named by a loc
 same container types, the same tensor type (exactly `torch.Tensor` where the reference returns a plain tensor:
 subclasses can defer or fake computation), shape, dtype, device and layout, and equal non-tensor leaves. Value
 checks report the number of bad elements, the max abs and rel error, the worst index and the expected and actual
-values there.
+values there, as a `forge.outcome.ValidationIssue` (`*_mismatch_issue`; its string is the message) with the few
+worst elements as rows for the fix prompt's table.
 """
 
 from __future__ import annotations
@@ -17,14 +18,19 @@ from typing import Any
 
 import torch
 
+from forge.outcome import MismatchRow, Outcome, ValidationIssue
+
 __all__ = [
+    "MISMATCH_ROWS",
     "ContainerNode",
     "TensorMeta",
     "ValueLeaf",
     "bits_equal",
     "bits_mismatch",
     "exact_mismatch",
+    "exact_mismatch_issue",
     "float_mismatch",
+    "float_mismatch_issue",
     "iter_tensor_leaves",
     "skeleton_of",
     "special_codes",
@@ -34,7 +40,9 @@ __all__ = [
 
 # Codes for non-finite values, so placements can be compared with one equality.
 FINITE, NAN, POS_INF, NEG_INF = 0, 1, 2, 3
-_SPECIAL_NAMES = {FINITE: "a finite value", NAN: "NaN", POS_INF: "+inf", NEG_INF: "-inf"}
+_SPECIAL_VALUES = {NAN: "NaN", POS_INF: "+inf", NEG_INF: "-inf"}
+# Worst elements kept per value mismatch (the fix prompt's table).
+MISMATCH_ROWS = 5
 
 
 @dataclass(frozen=True)
@@ -227,7 +235,21 @@ def _first_index(mask: torch.Tensor) -> tuple[int, ...]:
 def float_mismatch(
     got: torch.Tensor, reference: torch.Tensor, allowed: torch.Tensor, special: torch.Tensor
 ) -> str | None:
-    """Problem with a floating (or complex) leaf, or None.
+    """Problem with a floating (or complex) leaf as text, or None (see `float_mismatch_issue`)."""
+    issue = float_mismatch_issue(got, reference, allowed, special)
+    return None if issue is None else issue.message
+
+
+def _expected_value(reference: torch.Tensor, special: torch.Tensor, index: tuple[int, ...]) -> float | str:
+    kind = int(special[index].item())
+    return float(reference[index].item()) if kind == FINITE else _SPECIAL_VALUES[kind]
+
+
+def float_mismatch_issue(
+    got: torch.Tensor, reference: torch.Tensor, allowed: torch.Tensor, special: torch.Tensor
+) -> ValidationIssue | None:
+    """Problem with a floating (or complex) leaf, or None, as a `ValidationIssue` with the counts, max errors,
+    the worst index and up to `MISMATCH_ROWS` worst elements.
 
     `reference` (float64) and `allowed` hold the expected value and allowance where `special` (see
     `special_codes`, computed from eager output) is finite; NaN and ±inf must sit exactly where `special` says.
@@ -235,17 +257,22 @@ def float_mismatch(
     values = as_real(got).detach().to(torch.float64)
     got_special = special_codes(values)
     misplaced = got_special != special
+    shape = tuple(values.shape)
     if bool(misplaced.any()):
         count = int(misplaced.sum().item())
-        index = _first_index(misplaced)
-        expected_kind = int(special[index].item())
-        expected_text = (
-            _fmt(float(reference[index].item())) if expected_kind == FINITE else _SPECIAL_NAMES[expected_kind]
+        flat = torch.nonzero(misplaced.reshape(-1))[:MISMATCH_ROWS, 0].tolist()
+        rows = tuple(
+            MismatchRow(index, _expected_value(reference, special, index), float(values[index].item()))
+            for index in (_unravel(int(f), shape) for f in flat)
         )
-        return (
+        first = rows[0]
+        expected_text = _fmt(first.expected) if isinstance(first.expected, float) else first.expected
+        message = (
             f"{count} of {values.numel()} elements have NaN/inf where the reference does not (or the reverse); "
-            f"first at index {index}: expected {expected_text}, got {_fmt(float(values[index].item()))}"
+            f"first at index {first.index}: expected {expected_text}, got {_fmt(float(first.got))}"
         )
+        return ValidationIssue(message, kind=Outcome.MISMATCH, bad_elements=count, elements=values.numel(),
+                               worst_index=first.index, expected=first.expected, got=first.got, rows=rows)
     finite = special == FINITE
     error = torch.where(finite, (values - reference).abs(), torch.zeros((), dtype=torch.float64, device=values.device))
     allowed = allowed.to(torch.float64)
@@ -253,27 +280,56 @@ def float_mismatch(
     if not bool(bad.any()):
         return None
     ratio = torch.where(bad, error / allowed.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(error))
-    worst = _unravel(int(ratio.reshape(-1).argmax().item()), tuple(values.shape))
+    count = int(bad.sum().item())
+    order = ratio.reshape(-1).topk(min(MISMATCH_ROWS, count)).indices.tolist()
+    rows = tuple(
+        MismatchRow(index, float(reference[index].item()), float(values[index].item()),
+                    float(error[index].item()), float(allowed[index].item()))
+        for index in (_unravel(int(f), shape) for f in order)
+    )
+    worst = rows[0]
     magnitude = reference.abs()
     relative = torch.where(error > 0, error / magnitude, torch.zeros_like(error))
-    return (
-        f"{int(bad.sum().item())} of {values.numel()} elements outside tolerance: "
-        f"max abs error {float(error.max().item()):.3g}, max rel error {float(relative.max().item()):.3g}; "
-        f"worst at index {worst}: expected {_fmt(float(reference[worst].item()))}, "
-        f"got {_fmt(float(values[worst].item()))} (allowed error {float(allowed[worst].item()):.3g})"
+    max_abs, max_rel = float(error.max().item()), float(relative.max().item())
+    message = (
+        f"{count} of {values.numel()} elements outside tolerance: "
+        f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}; "
+        f"worst at index {worst.index}: expected {_fmt(float(worst.expected))}, "
+        f"got {_fmt(float(worst.got))} (allowed error {worst.allowed:.3g})"
     )
+    return ValidationIssue(message, kind=Outcome.MISMATCH, bad_elements=count, elements=values.numel(),
+                           max_abs_error=max_abs, max_rel_error=max_rel, worst_index=worst.index,
+                           expected=worst.expected, got=worst.got, allowed=worst.allowed, rows=rows)
 
 
 def exact_mismatch(got: torch.Tensor, expected: torch.Tensor) -> str | None:
-    """Problem with an integer or bool leaf (must be exactly equal), or None."""
+    """Problem with an integer or bool leaf (must be exactly equal) as text, or None."""
+    issue = exact_mismatch_issue(got, expected)
+    return None if issue is None else issue.message
+
+
+def exact_mismatch_issue(got: torch.Tensor, expected: torch.Tensor) -> ValidationIssue | None:
+    """Problem with an integer or bool leaf (must be exactly equal), or None, as a `ValidationIssue` with the first
+    `MISMATCH_ROWS` differing elements."""
     if torch.equal(got, expected):
         return None
     diff = got != expected
-    index = _first_index(diff)
-    return (
-        f"{int(diff.sum().item())} of {got.numel()} elements differ (integer/bool outputs must match exactly); "
-        f"first at index {index}: expected {expected[index].item()}, got {got[index].item()}"
+    shape = tuple(diff.shape)
+    flat = torch.nonzero(diff.reshape(-1))[:MISMATCH_ROWS, 0].tolist()
+    rows = tuple(MismatchRow(index, _plain(expected[index].item()), _plain(got[index].item()))
+                 for index in (_unravel(int(f), shape) for f in flat))
+    first = rows[0]
+    count = int(diff.sum().item())
+    message = (
+        f"{count} of {got.numel()} elements differ (integer/bool outputs must match exactly); "
+        f"first at index {first.index}: expected {expected[first.index].item()}, got {got[first.index].item()}"
     )
+    return ValidationIssue(message, kind=Outcome.MISMATCH, bad_elements=count, elements=got.numel(),
+                           worst_index=first.index, expected=first.expected, got=first.got, rows=rows)
+
+
+def _plain(value: Any) -> float:
+    return float(value)
 
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

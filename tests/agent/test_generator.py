@@ -14,6 +14,7 @@ from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
 from forge.checking import KernelUtils
 from forge.demo import demo_inputs, demo_model
 from forge.optimizer import KernelOptimizer
+from forge.outcome import Outcome
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.provider import KernelProvider
 from forge.samples import Sample
@@ -71,6 +72,36 @@ def test_compile_error_then_wrong_then_correct_gives_a_provider(scripted_llm, tm
     assert state["source"].strip() == SILU_OK.strip() and state["metadata"]["model"] == "scripted-model"
     # artifacts: the conversation is on disk
     assert list((tmp_path / "runs").rglob("turn02-kernel.py"))
+
+
+def test_a_wrong_kernels_fix_prompt_carries_the_mismatch_table_with_the_real_numbers(scripted_llm, tmp_path) -> None:
+    scripted_llm.push(reply(fenced(SILU_WRONG)), reply(fenced(SILU_OK)))
+    generator = _generator(scripted_llm, tmp_path, use_cache=False)
+    assert generator.submit("silu", _silu_samples()).result(timeout=300).succeeded
+    fix = _user_prompts(scripted_llm)[1]
+    assert "Worst elements (expected = PyTorch, actual = your kernel" in fix
+    assert "| sample | input | output | index | expected | actual | abs_diff | allowed |" in fix
+    x = _silu_samples()[0].args[0].double()
+    expected, got = F.silu(x), 1.5 * F.silu(x)  # SILU_WRONG computes 1.5 * x * sigmoid(x)
+    rows = [line.split(" | ") for line in fix.splitlines() if line.startswith("| 0 | captured | output | (")]
+    assert len(rows) == 5
+    for row in rows:
+        index = tuple(int(i) for i in row[3].strip("()").split(", "))
+        assert float(row[4]) == pytest.approx(expected[index].item(), rel=1e-5)
+        assert float(row[5]) == pytest.approx(got[index].item(), rel=1e-5)
+
+
+def test_a_harness_error_ends_the_conversation_without_blaming_the_model(scripted_llm, tmp_path) -> None:
+    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+
+    scripted_llm.push(reply(fenced(SILU_OK)), reply(fenced(SILU_OK)))
+    utils = FailingReferenceUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_s=0.01, failure="oom")
+    generator = _generator(scripted_llm, tmp_path, kernel_utils=utils, use_cache=False)
+    # isolation "none": the boundary binds only agent/ and forge/, and these settings come from the tests package
+    generator.sandbox.defaults.update(isolation="none", allow_unsafe=True)
+    result = generator.submit("silu", _silu_samples()).result(timeout=300)
+    assert not result.succeeded and result.outcome == Outcome.HARNESS_ERROR and "ran out of memory" in result.error
+    assert len(scripted_llm.requests) == 1  # no fix prompt: the model is never told the harness failure is its fault
 
 
 def test_reply_without_code_and_forbidden_kernel_get_specific_feedback(scripted_llm, tmp_path) -> None:

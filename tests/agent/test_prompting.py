@@ -519,3 +519,24 @@ def test_optimize_prompt_compares_like_with_like(renderer):
     assert "runs at 53% of the floor" in text
     with pytest.raises(ValueError, match="timing must be 'eager' or 'device'"):
         Performance(latency_ms=1.0, timing="wall")
+
+
+def test_fix_prompt_builds_the_mismatch_table_from_the_oracles_issues(task, renderer):
+    import torch as _torch
+
+    from forge.checking import validate as _validate
+    from forge.samples import Sample as _Sample
+
+    x = _torch.randn(4, 8, generator=_torch.Generator().manual_seed(3))
+    issues = _validate(_torch.relu, lambda t: _torch.relu(t) + 0.25, [_Sample((x,), {})], fresh_inputs_per_sample=0)
+    failure = {"status": "mismatch", "message": "wrong", "details": {"issues": [i.to_dict() for i in issues]}}
+    text = renderer.fix(task, PREVIOUS, failure)
+    assert "| sample | input | output | index | expected | actual | abs_diff | allowed |" in text
+    worst = issues[0].rows[0]
+    assert f"| 0 | captured | output | {worst.index} | {worst.expected:.6g} | {worst.got:.6g} | 0.25 |" in text
+
+
+def test_a_harness_error_is_its_own_kind_and_not_the_kernels_fault():
+    view = Failure.of({"status": "harness_error", "message": "harness error: the reference ran out of memory"})
+    assert view.kind == "harness" and not view.blames_candidate and "not a fault of your kernel" in view.headline
+    assert Failure.of({"status": "crash"}).blames_candidate

@@ -452,3 +452,30 @@ def test_records_frame_is_a_dataframe_with_metric_columns(tmp_path) -> None:
     for column in ("problem_id", "suite", "sample_index", "compiled", "correct", "speedup_eager", "wall_s"):
         assert column in frame.columns
     assert frame.loc[0, "wall_s"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Typed outcomes: harness failures are never the candidate's
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("failure", "out_of_memory"), [("raise", False), ("oom", True), ("memory_error", True)])
+def test_a_failing_reference_is_a_harness_error_not_incorrect(failure: str, out_of_memory: bool) -> None:
+    from evals.sources.evaluation import evaluate_problem
+    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+
+    utils = FailingReferenceUtils(fresh_inputs_per_sample=0, warmup=1, rounds=3, min_run_time_s=0.0, failure=failure)
+    record = evaluate_problem(ScriptedSource(), _smoke("smoke.relu")[0], 0, "cpu", kernel_utils=utils)
+    assert record["failure_reason"].startswith("harness_error: HarnessError: the reference"), record["failure_reason"]
+    assert record["outcome"] == "harness_error" and record["out_of_memory"] is out_of_memory
+    assert not record["correct"] and not record.get("errors")
+    assert summarize(pd.DataFrame([record]))["failure_reasons"] == {"harness_error": 1}
+
+
+def test_records_carry_the_typed_outcome(tmp_path) -> None:
+    from evals.sources.evaluation import evaluate_problem
+
+    behaviours = {"smoke.relu": "wrong", "smoke.silu": "raise", "smoke.softmax": "unsupported"}
+    source = ScriptedSource(behaviours)
+    outcomes = {p.id: evaluate_problem(source, p, 0, "cpu", kernel_utils=QUICK)["outcome"]
+                for p in _smoke("smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm")}
+    assert outcomes == {"smoke.relu": "mismatch", "smoke.silu": "runtime_error", "smoke.softmax": None,
+                        "smoke.rms_norm": "ok"}

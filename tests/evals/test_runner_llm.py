@@ -106,7 +106,7 @@ class StubGenerator(KernelGenerator):
         statuses = []
         for source in self.MODULE_TRIES[task.name]:
             verdict = evaluate(source)
-            statuses.append(verdict.status)
+            statuses.append(verdict.status.value)  # a forge.outcome.Outcome
             if verdict.status == "ok":
                 return ModuleGenerationResult(source, None, {"prompt_tokens": 7, "cost_usd": 0.5}, len(statuses))
         return ModuleGenerationResult(None, f"verdicts {statuses}", {"prompt_tokens": 7}, len(statuses))

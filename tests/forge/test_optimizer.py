@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
+import os
+import signal
 import threading
 import time
 
@@ -13,7 +16,8 @@ from torch import nn
 
 import forge.functional
 from forge.checking import KernelUtils
-from forge.optimizer import KernelOptimizer
+from forge.functional import original_function
+from forge.optimizer import KernelOptimizer, ReportStatus
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample
@@ -22,6 +26,7 @@ from tests.forge.providers_for_tests import (
     RaisingGeluProvider,
     SlowGeluProvider,
     WrongGeluProvider,
+    _FunctionProvider,
 )
 
 FAST_UTILS = KernelUtils(fresh_inputs_per_sample=1, rounds=15, warmup=2, min_run_time_s=0.05)
@@ -65,8 +70,8 @@ def test_picks_the_faster_correct_provider(slow_baseline) -> None:
     assert status["FastGeluProvider"] == "selected"
     # slower than the baseline (on a loaded machine sleep-based timings can tie; it must never be selected)
     assert status["SlowGeluProvider"] in {"slower", "valid"}
-    assert status["WrongGeluProvider"] == "invalid"
-    assert status["RaisingGeluProvider"] == "invalid"
+    assert status["WrongGeluProvider"] == ReportStatus.MISMATCH == "mismatch"
+    assert status["RaisingGeluProvider"] == ReportStatus.RUNTIME_ERROR == "runtime_error"
     assert "raised" in optimizer.report.set_index("candidate").loc["RaisingGeluProvider", "error"]
     assert plan.entries[0].baseline_ms > plan.entries[0].latency_ms
     assert set(optimizer.profile_summary["function_name"]) >= {"gelu", "linear"}
@@ -192,8 +197,15 @@ def test_end_to_end_check_keeps_a_plan_that_speeds_the_model_up(slow_baseline) -
 def test_end_to_end_check_drops_an_entry_that_slows_the_model_down() -> None:
     """Per-call selection can be fooled (e.g. by host overhead that only shows inside a model): the whole-model
     check catches a plan whose entry makes the model slower and drops that entry."""
+    class SlowerGeluProvider(SlowGeluProvider, type_name="test_slower_gelu"):
+        """30 ms per call: far beyond the scheduling noise of a loaded 2-core machine (10 ms time slices)."""
+
+        def _call(self, x, approximate="none"):
+            time.sleep(0.03)
+            return super()._call(x, approximate)
+
     x = torch.randn(8, 16)
-    slow = SlowGeluProvider()
+    slow = SlowerGeluProvider()
     slow.prepare([Sample((x,), {})])
     entry = PlanEntry(provider=slow, signatures=(Sample((x,), {}),), latency_ms=0.1, baseline_ms=0.2)
     optimizer = KernelOptimizer(kernel_providers=[slow], kernel_utils=FAST_UTILS)
@@ -204,3 +216,101 @@ def test_end_to_end_check_drops_an_entry_that_slows_the_model_down() -> None:
     assert kept == []
     assert optimizer._rows[0]["status"] == "dropped (slower end to end)"
     assert "+ gelu" in set(optimizer.end_to_end["variant"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Harness failures and candidates that try to end the process
+# ---------------------------------------------------------------------------------------------------------
+class ExitingGeluProvider(_FunctionProvider, type_name="test_exiting_gelu"):
+    """Calls sys.exit from its kernel (at call time) or from prepare."""
+
+    exit_in_prepare = False
+
+    def _prepare(self, samples) -> bool:
+        if self.exit_in_prepare:
+            raise SystemExit("bye from prepare")
+        return True
+
+    def _call(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        raise SystemExit(7)
+
+
+class InterruptingGeluProvider(_FunctionProvider, type_name="test_interrupting_gelu"):
+    """Raises KeyboardInterrupt itself (no signal): candidate code, contained."""
+
+    def _call(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        raise KeyboardInterrupt
+
+
+class CtrlCGeluProvider(_FunctionProvider, type_name="test_ctrl_c_gelu"):
+    """The user presses Ctrl-C while this kernel runs (a real SIGINT to the process)."""
+
+    def _call(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGINT)
+        return original_function("gelu")(x, approximate=approximate)
+
+
+def test_a_kernel_calling_sys_exit_is_recorded_and_make_plan_returns(slow_baseline) -> None:
+    in_prepare = ExitingGeluProvider()
+    in_prepare.exit_in_prepare = True
+    providers = [ExitingGeluProvider(), in_prepare, InterruptingGeluProvider(), FastGeluProvider()]
+    optimizer = KernelOptimizer(kernel_providers=providers, kernel_utils=FAST_UTILS, end_to_end_check=False)
+    plan = optimizer.make_plan(GeluNet(), _data())
+    assert plan.functions == ["gelu"]  # the plan goes on with the good provider
+    rows = optimizer.report.set_index("candidate")
+    exiting = rows.loc["ExitingGeluProvider"]
+    assert list(exiting["status"]) == [ReportStatus.RUNTIME_ERROR] * 2
+    errors = list(exiting["error"])
+    assert any("SystemExit: 7" in e for e in errors) and any("bye from prepare" in e for e in errors)
+    assert rows.loc["InterruptingGeluProvider", "status"] == ReportStatus.RUNTIME_ERROR
+    assert "KeyboardInterrupt" in rows.loc["InterruptingGeluProvider", "error"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_generation_thread_ending_in_system_exit_is_recorded(slow_baseline) -> None:
+    exiting = ThreadGenerator("exiting", lambda f, s: (_ for _ in ()).throw(SystemExit(3)))
+    optimizer = KernelOptimizer(kernel_generators=exiting, kernel_utils=FAST_UTILS,
+                                generator_min_time_share_percent=0.0, end_to_end_check=False)
+    assert len(optimizer.make_plan(GeluNet(), _data())) == 0
+    row = optimizer.report.set_index("candidate").loc["exiting"]
+    assert row["status"] == ReportStatus.RUNTIME_ERROR and "SystemExit" in row["error"]
+
+
+def test_the_users_ctrl_c_and_the_harness_own_interrupt_still_propagate(slow_baseline) -> None:
+    optimizer = KernelOptimizer(kernel_providers=CtrlCGeluProvider(), kernel_utils=FAST_UTILS)
+    with pytest.raises(KeyboardInterrupt):
+        optimizer.make_plan(GeluNet(), _data())
+
+    class InterruptedUtils(KernelUtils):
+        def benchmark(self, fn, samples):
+            raise KeyboardInterrupt  # raised by the harness, outside any candidate frame
+
+    optimizer = KernelOptimizer(kernel_providers=FastGeluProvider(), kernel_utils=InterruptedUtils(
+        fresh_inputs_per_sample=0))
+    with pytest.raises(KeyboardInterrupt):
+        optimizer.make_plan(GeluNet(), _data())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceFailsUtils(KernelUtils):
+    """The real oracle, with a reference that fails the way the harness can: it raises, or runs out of memory."""
+
+    error_to_raise: BaseException | None = None
+
+    def validate(self, reference_fn, candidate, samples):
+        def reference(*args, **kwargs):
+            raise self.error_to_raise
+
+        return super().validate(reference, candidate, samples)
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB"),
+                                   MemoryError(), ValueError("the reference is broken")])
+def test_a_failing_reference_is_a_harness_error_not_the_candidates(error) -> None:
+    utils = ReferenceFailsUtils(error_to_raise=error, fresh_inputs_per_sample=0, rounds=3, warmup=1, min_run_time_s=0.0)
+    optimizer = KernelOptimizer(kernel_providers=FastGeluProvider(), kernel_utils=utils, end_to_end_check=False)
+    assert len(optimizer.make_plan(GeluNet(), _data())) == 0
+    row = optimizer.report.set_index("candidate").loc["FastGeluProvider"]
+    assert row["status"] == ReportStatus.HARNESS_ERROR and "HarnessError" in row["error"]
+    assert ("ran out of memory" in row["error"]) == (not isinstance(error, ValueError))

@@ -27,6 +27,7 @@ from agent.sandbox import (
     run_candidate,
 )
 from forge.checking import KernelUtils
+from forge.outcome import Outcome
 from forge.samples import Sample, TensorSpec
 
 FAST = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
@@ -70,7 +71,7 @@ def relu_with(body: str = "", header: str = "", *, kernel: tuple[str, str] | Non
 
 
 def samples() -> list[Sample]:
-    return [Sample((torch.randn(4, 32),), {})]
+    return [Sample((torch.randn(4, 32, generator=torch.Generator().manual_seed(0)),), {})]
 
 
 def run(source: str, **kwargs) -> object:
@@ -145,6 +146,45 @@ def test_wrong_values_are_a_mismatch_with_the_errors() -> None:
     assert errors and all(isinstance(e, str) for e in errors)
     assert "outside tolerance" in errors[0]
     assert result.latency_ms is None
+
+
+def test_mismatch_carries_the_structured_issues_and_the_worst_elements() -> None:
+    result = run(relu_with(kernel=("tl.maximum(x, 0.0)", "tl.maximum(x, 0.5)")))
+    assert result.status == Outcome.MISMATCH
+    issue = result.issues[0]
+    assert issue.kind is Outcome.MISMATCH and issue.sample == 0 and issue.case == "captured" and issue.leaf == "output"
+    x = samples()[0].args[0]  # samples() is seeded by the test: recompute what the kernel returned
+    rows = result.details["mismatches"]
+    assert rows and rows[0]["sample"] == 0 and rows[0]["output"] == "output"
+    for row in rows:
+        index = tuple(row["index"])
+        assert row["expected"] == pytest.approx(torch.relu(x)[index].item())
+        assert row["actual"] == pytest.approx(torch.clamp_min(x, 0.5)[index].item())
+        assert row["abs_diff"] == pytest.approx(abs(row["actual"] - row["expected"]))
+
+
+@pytest.mark.parametrize(("failure", "out_of_memory"),
+                         [("raise", False), ("oom", True), ("memory_error", True), ("allocate", True)])
+def test_a_failing_reference_is_a_harness_error_not_the_candidates(failure: str, out_of_memory: bool) -> None:
+    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+
+    utils = FailingReferenceUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0, failure=failure)
+    # isolation "none": the boundary binds only agent/ and forge/, and these settings come from the tests package
+    result = run(relu_with(), kernel_utils=utils, memory_limit_bytes=8 << 30, isolation="none", allow_unsafe=True)
+    assert result.status == Outcome.HARNESS_ERROR, (result.message, result.details, result.stderr[-2000:])
+    assert not result.status.blames_candidate
+    assert result.details["out_of_memory"] is out_of_memory
+    assert "exception" not in result.details and "harness error" in result.message
+    assert result.details["harness_error"]["type"] != "builtins.ModuleNotFoundError"
+    assert ("ran out of memory" in result.message) is out_of_memory
+
+
+def test_a_bug_in_the_harness_is_a_harness_error_not_a_crash() -> None:
+    from tests.agent.sandbox.harness_faults import BrokenHarnessUtils
+
+    result = run(relu_with(), kernel_utils=BrokenHarnessUtils(), isolation="none", allow_unsafe=True)
+    assert result.status == Outcome.HARNESS_ERROR and "a bug in the harness" in result.message
+    assert result.details["harness_error"]["type"] == "builtins.RuntimeError"
 
 
 def test_exception_in_the_wrapper_is_a_runtime_error() -> None:

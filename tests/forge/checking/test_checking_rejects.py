@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pickle
+import signal
+
+import pytest
 import torch
 import torch.nn.functional as F
 
 from forge.checking import validate
+from forge.outcome import HarnessError, Outcome, ValidationIssue, outcome_of_issues
 from forge.samples import Sample
 
 
@@ -208,13 +215,97 @@ def test_rejects_in_place_op_that_returns_a_copy():
     assert errors and "does not share that input's memory" in errors[0]
 
 
-def test_reference_failure_on_captured_sample_is_an_error_string():
+def test_reference_failure_on_captured_sample_is_a_harness_error():
     def reference(x):
         raise ValueError("unsupported input")
 
-    errors = validate(reference, lambda x: x, [Sample((torch.randn(2),), {})])
-    assert len(errors) == 1
-    assert "sample 0 (captured)" in errors[0] and "the reference raised ValueError: unsupported input" in errors[0]
+    with pytest.raises(HarnessError, match="reference raised on a captured sample .*ValueError: unsupported") as info:
+        validate(reference, lambda x: x, [Sample((torch.randn(2),), {})])
+    assert not info.value.out_of_memory and isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 14.00 GiB"),
+                                   MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory")])
+def test_reference_out_of_memory_is_a_harness_error_even_on_a_fresh_draw(error):
+    calls = []
+
+    def reference(x):
+        calls.append(1)
+        if len(calls) > 2:  # the captured sample's two reference runs pass; the fresh draw runs out of memory
+            raise error
+        return torch.relu(x)
+
+    with pytest.raises(HarnessError, match="ran out of memory on a fresh input") as info:
+        validate(reference, torch.relu, [Sample((torch.randn(8),), {})], fresh_inputs_per_sample=1)
+    assert info.value.out_of_memory
+
+
+def test_reference_that_rejects_a_fresh_draw_is_skipped_not_blamed():
+    calls = []
+
+    def reference(x):
+        calls.append(1)
+        if len(calls) > 2:
+            raise ValueError("this draw is not a valid input")
+        return torch.relu(x)
+
+    assert validate(reference, torch.relu, [Sample((torch.randn(8),), {})], fresh_inputs_per_sample=1) == []
+    calls.clear()
+    assert validate(reference, lambda x: torch.relu(x) + 1, [Sample((torch.randn(8),), {})],
+                    fresh_inputs_per_sample=1)  # the captured sample still catches a wrong candidate
+
+
+def test_harness_failure_while_checking_is_a_harness_error(monkeypatch):
+    import forge.checking.validation as validation
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in our comparison")
+
+    monkeypatch.setattr(validation, "float_mismatch_issue", broken)
+    with pytest.raises(HarnessError, match="failed checking the candidate's result: RuntimeError: a bug"):
+        validate(torch.relu, torch.relu, [Sample((torch.randn(8),), {})])
+
+
+def test_issues_are_typed_records_that_read_as_the_message():
+    samples = [Sample((torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),), {})]
+    errors = validate(torch.relu, lambda x: torch.relu(x) * 2 + 1, samples, fresh_inputs_per_sample=0)
+    first = errors[0]
+    assert isinstance(first, ValidationIssue) and isinstance(first, str) and "; ".join(errors).startswith(first)
+    assert first.kind is Outcome.MISMATCH and first.sample == 0 and first.case == "captured"
+    assert first.leaf == "output" and first.run.startswith("run 1") and first.bad_elements == 32
+    expected = torch.relu(samples[0].args[0]).double()
+    got = (torch.relu(samples[0].args[0]) * 2 + 1).double()
+    worst = first.rows[0]
+    assert worst.index == first.worst_index and len(first.rows) == 5
+    assert worst.expected == pytest.approx(expected[worst.index].item())
+    assert worst.got == pytest.approx(got[worst.index].item())
+    assert worst.abs_error == pytest.approx((got - expected)[worst.index].abs().item())  # worst = error / allowed
+    assert first.max_abs_error == pytest.approx((got - expected).abs().max().item())
+    again = ValidationIssue.from_dict(json.loads(json.dumps(first.to_dict())))
+    assert again == first and again.fields() == first.fields()
+    assert pickle.loads(pickle.dumps(first)).fields() == first.fields()
+    assert outcome_of_issues(errors) is Outcome.MISMATCH and outcome_of_issues([]) is Outcome.OK
+
+
+@pytest.mark.parametrize("abort", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
+def test_candidate_raising_a_base_exception_is_a_runtime_error(abort):
+    def candidate(x):
+        raise abort
+
+    errors = validate(torch.relu, candidate, [Sample((torch.randn(8),), {})])
+    assert errors[0].kind is Outcome.RUNTIME_ERROR and errors[0].exception_type == type(abort).__name__
+    assert outcome_of_issues(errors) is Outcome.RUNTIME_ERROR
+    assert f"candidate raised {type(abort).__name__}" in errors[0]
+
+
+def test_a_real_ctrl_c_while_the_candidate_runs_still_propagates():
+    def candidate(x):
+        os.kill(os.getpid(), signal.SIGINT)  # what the terminal sends on Ctrl-C
+        return torch.relu(x)
+
+    with pytest.raises(KeyboardInterrupt):
+        validate(torch.relu, candidate, [Sample((torch.randn(8),), {})])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_error_messages_name_sample_leaf_index_and_values():
