@@ -53,6 +53,7 @@ __all__ = [
     "base_record",
     "check_module_candidate",
     "compile_baseline",
+    "plain_compile_baseline",
     "evaluate_problem",
     "failure_record",
     "failure_text",
@@ -176,6 +177,22 @@ def kernel_utils_for(problem: Problem, kernel_utils: KernelUtils) -> KernelUtils
 
 
 _COMPILED: dict[str, Any] = {}
+
+
+_PLAIN_COMPILED: dict[str, Callable[..., Any]] = {}
+
+
+def plain_compile_baseline(function: str) -> Callable[..., Any]:
+    """`torch.compile(torch.nn.functional.<function>, dynamic=False)`, once per function per process: the baseline a
+    user would pick. The per-signature `CompiledFunctionProvider` (what `make_plan` uses as a kernel source) paid its
+    own guard and lookup on every call: on the H200 it timed 8.3 ms per pass of llama rms_norm (65 calls) where
+    eager took 1.08 ms and this plain compile matched eager, so "vs compile" measured our wrapper, not Inductor."""
+    from forge.functional import original_function
+
+    compiled = _PLAIN_COMPILED.get(function)
+    if compiled is None:
+        compiled = _PLAIN_COMPILED[function] = torch.compile(original_function(function), dynamic=False)
+    return compiled
 
 
 def compile_baseline(function: str) -> Any:
@@ -363,12 +380,7 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
         return
     record["correct"] = True
     eager = _time(utils, problem.reference, distribution, "eager", notes)
-    baseline = compile_baseline(problem.function)
-    compiled = None
-    if baseline.prepare(samples):
-        compiled = _time(utils, baseline, distribution, "torch.compile", notes)
-    else:
-        notes.append(f"torch.compile baseline: torch.compile({problem.function}) could not compile these calls")
+    compiled = _time(utils, plain_compile_baseline(problem.function), distribution, "torch.compile", notes)
     _fill_timings(record, timed, eager, compiled, scale)
 
 
