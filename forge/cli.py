@@ -235,16 +235,6 @@ def check_output_file(text: str) -> Path:
     return path
 
 
-def _parse_env_seconds(name: str) -> float | None:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return None
-    try:
-        return seconds_argument(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise UsageError(f"{name}={raw!r}: {exc}; give a number of seconds >= 0 or unset it") from None
-
-
 def _check_generator_arguments(args: argparse.Namespace) -> None:
     """The LLM generator's flags (defined in `agent.cli_support`), checked before the model is loaded."""
     for flag, minimum in (("candidates", 1), ("attempts", 1), ("optimize_rounds", 0)):
@@ -326,7 +316,7 @@ def _load_demo(name: str, device: str) -> tuple[nn.Module, list[Sample], str]:
 
 def _cmd_optimize(args: argparse.Namespace) -> int:
     from forge.checking import KernelUtils
-    from forge.optimizer import KernelOptimizer
+    from forge.optimizer import KernelOptimizer, default_generation_timeout
     from forge.providers import default_providers
 
     device = _pick_device(args.device)
@@ -335,7 +325,10 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     if args.demo is None and not args.inputs:
         raise UsageError("optimize: a target needs --inputs PKG.MODULE:INPUTS")
     if args.generation_timeout is None:
-        args.generation_timeout = _parse_env_seconds("KFORGE_GENERATION_TIMEOUT")
+        try:
+            args.generation_timeout = default_generation_timeout()  # the optimizer's own parser, checked up front
+        except ValueError as exc:
+            raise UsageError(f"{exc}; give a number of seconds >= 0 or unset it") from None
     _check_generator_arguments(args)
     generators = _generators(args)  # the LLM configuration is checked before the model is built
     if args.demo is not None:

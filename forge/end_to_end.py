@@ -30,27 +30,20 @@ import pandas as pd
 import torch
 from torch import nn
 
-from forge.checking.benchmarking import BenchmarkResult, benchmark, summarize
+from forge.checking.benchmarking import BenchmarkResult, benchmark, samples_device, summarize
 from forge.execution import Execution, TimingMode, parse_execution
 from forge.progress import progress
-from forge.samples import Sample, iter_tensors
+from forge.samples import Sample, clone_value, iter_tensors
 
 if TYPE_CHECKING:
     from forge.plan import KernelOptimizationPlan
 
-__all__ = ["EndToEndReport", "ModelRunner", "VariantResult", "compare_end_to_end", "model_runner", "time_model"]
+__all__ = ["EndToEndReport", "ModelRunner", "VariantResult", "compare_end_to_end", "time_model"]
 
 logger = logging.getLogger(__name__)
 
 REPORT_COLUMNS = ["variant", "execution", "plan", "median_ms", "q25_ms", "q75_ms", "runs", "speedup_vs_eager",
                   "speedup_vs_same_mode", "max_abs_error", "correct", "note"]
-
-
-def _device_of(samples: Sequence[Sample]) -> torch.device:
-    for sample in samples:
-        for tensor in iter_tensors((sample.args, sample.kwargs)):
-            return tensor.device
-    return torch.device("cpu")
 
 
 class ModelRunner:
@@ -102,17 +95,12 @@ class ModelRunner:
             if self.execution is Execution.COMPILE:
                 torch.compiler.cudagraph_mark_step_begin()  # a new iteration for cudagraph trees (no-op otherwise)
             output = self.call(*sample.args, **sample.kwargs)
-            outputs.append(_clone_tree(output) if clone else output)
+            outputs.append(clone_value(output) if clone else output)
         return outputs
 
     def close(self) -> None:
         if self.runtime is not None:
             self.runtime.deactivate()
-
-
-def model_runner(model: nn.Module, samples: Sequence[Sample], **options: Any) -> ModelRunner:
-    """`ModelRunner(model, samples, **options)`."""
-    return ModelRunner(model, samples, **options)
 
 
 def time_model(
@@ -124,7 +112,7 @@ def time_model(
     min_run_time_s: float = 0.05,
     warmup: int = 2,
 ) -> BenchmarkResult:
-    """One timing of `run` (a `model_runner`) with the clock `execution` runs under (CUDA graphs: device mode)."""
+    """One timing of `run` (a `ModelRunner`) with the clock `execution` runs under (CUDA graphs: device mode)."""
     execution = parse_execution(execution)
     mode = TimingMode.DEVICE if execution is Execution.CUDA_GRAPHS and device.type == "cuda" else TimingMode.EAGER
     return benchmark(lambda: run(), [Sample((), {})], rounds=rounds, min_run_time_s=min_run_time_s, warmup=warmup,
@@ -208,13 +196,7 @@ def _graph_outputs(run: ModelRunner, device: torch.device) -> Any:
         outputs = run()
     graph.replay()
     torch.cuda.synchronize(device)
-    return [_clone_tree(o) for o in outputs]
-
-
-def _clone_tree(value: Any) -> Any:
-    from forge.samples import map_values
-
-    return map_values(value, lambda v: v.clone() if isinstance(v, torch.Tensor) else v)
+    return [clone_value(o) for o in outputs]
 
 
 def _max_abs_error(outputs: Any, expected: Any) -> float:
@@ -290,7 +272,7 @@ def compare_end_to_end(
     """
     if blocks < 1:
         raise ValueError(f"blocks must be >= 1, got {blocks}")
-    device = _device_of(samples)
+    device = samples_device(samples)
     wanted = [parse_execution(e) for e in (executions or list(Execution))]
     with torch.no_grad():
         expected = [model(*s.args, **s.kwargs) for s in samples]

@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils
-from forge.checking.benchmarking import NotCapturableError
+from forge.checking.benchmarking import NotCapturableError, samples_device
 from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
@@ -61,7 +61,7 @@ from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
-from forge.samples import Sample, iter_tensors
+from forge.samples import Sample
 
 __all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS", "ReportStatus"]
 
@@ -97,7 +97,9 @@ def _aborted(exc: BaseException) -> str:
         f"{type(exc).__name__}: {exc}"
 
 
-def _default_generation_timeout() -> float:
+def default_generation_timeout() -> float:
+    """`$KFORGE_GENERATION_TIMEOUT` in seconds (default 21600); ValueError naming the variable when it is not a
+    finite number >= 0."""
     raw = os.environ.get(GENERATION_TIMEOUT_ENV)
     if raw is None or raw.strip() == "":
         return DEFAULT_GENERATION_TIMEOUT_S
@@ -182,7 +184,7 @@ class KernelOptimizer:
             "generator_min_time_share_percent", generator_min_time_share_percent
         )
         if generation_timeout is None:
-            generation_timeout = _default_generation_timeout()
+            generation_timeout = default_generation_timeout()
         if not isinstance(generation_timeout, (int, float)) or not generation_timeout >= 0:
             raise ValueError(f"generation_timeout must be a number of seconds >= 0, got {generation_timeout!r}")
         self.generation_timeout = float(generation_timeout)
@@ -541,7 +543,7 @@ class KernelOptimizer:
         """
         samples = normalize_data(data) or [Sample((), {})]
         execution = self._execution
-        device = next((t.device for s in samples for t in iter_tensors((s.args, s.kwargs))), torch.device("cpu"))
+        device = samples_device(samples)
         target = function if execution is not Execution.COMPILE else module
 
         def measure(selected: list[PlanEntry]) -> BenchmarkResult:

@@ -43,7 +43,7 @@ from forge.checking.inputs import as_sample, materialise
 from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample, clone_value, iter_tensors
 
-__all__ = ["BenchmarkResult", "NotCapturableError", "benchmark"]
+__all__ = ["BenchmarkResult", "NotCapturableError", "benchmark", "samples_device"]
 
 _SMALL_INPUT_BYTES = 64 << 20
 _L2_FLUSH_BYTES = 256 << 20
@@ -183,7 +183,8 @@ def _materialise(samples: Sequence[Sample]) -> list[Sample]:
     return [materialise(as_sample(sample, index), generator) for index, sample in enumerate(samples)]
 
 
-def _device_of(samples: Sequence[Sample]) -> torch.device:
+def samples_device(samples: Sequence[Sample]) -> torch.device:
+    """The device a pass over `samples` runs on: the first CUDA tensor's, else the first tensor's, else the CPU."""
     devices = [t.device for s in samples for t in iter_tensors((s.args, s.kwargs))]
     for device in devices:
         if device.type == "cuda":
@@ -266,8 +267,8 @@ class _GraphTimer:
 
     def __init__(self, device: torch.device, flush_l2: bool) -> None:
         self.device = device
-        # Always flush: the flush kernel is still running when the replay is queued, so the replay's host-side launch
-        # is hidden and the events bracket device work only. Without an L2 flush a sleep kernel plays that role.
+        # The flush kernel is still running when the replay is queued, so the replay's host-side launch is hidden and
+        # the events bracket device work only; without an L2 flush a sleep kernel plays that role.
         self.flush = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_l2 else None
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
@@ -354,7 +355,7 @@ def benchmark(
     materialised = _materialise(samples)
     if not materialised:
         raise ValueError("benchmark needs at least one sample")
-    device = _device_of(materialised)
+    device = samples_device(materialised)
     source = _InputSource(materialised)
     with torch.no_grad():
         if device.type == "cuda":
