@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from evals.metrics import BASELINES
+
 __all__ = ["add_eval_parser", "build_source", "default_out_dir", "run_eval_command"]
 
 _SOURCES = ("llm", "compile", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
@@ -212,8 +214,10 @@ def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
         ("compile rate", _pct(summary.get("compile_rate"))),
         ("correct rate", _pct(summary.get("correct_rate"))),
     ]
-    for baseline in ("eager", "compile"):
+    for baseline in BASELINES:
         fast = summary.get("fast_p", {}).get(baseline) or {}
+        if baseline == "cuda_graphs" and not fast:
+            continue
         rows += [(f"{name} vs {baseline}", _pct(value)) for name, value in fast.items()]
         rows.append((f"geomean speedup vs {baseline}", _fmt((summary.get("geomean_speedup") or {}).get(baseline),
                                                              "{:.3f}x")))
@@ -227,6 +231,7 @@ def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
         ("roofline fraction (mean)", _pct((summary.get("roofline_fraction") or {}).get("mean"))),
         ("mean attempts", _fmt(summary.get("mean_attempts"), "{:.2f}")),
         ("wall time", _fmt(summary.get("wall_s"), "{:.1f} s")),
+        ("harness time (slowest problem)", _fmt((summary.get("harness_s") or {}).get("max"), "{:.1f} s")),
     ]
     failures = summary.get("failure_reasons") or {}
     if failures:
@@ -251,6 +256,8 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
         "compile_ms": frame["compile_ms"],
         "x_eager": frame["speedup_eager"],
         "x_compile": frame["speedup_compile"],
+        "x_graphs": frame.get("speedup_cuda_graphs"),
+        "harness_s": frame.get("harness_s"),
         "cost_usd": frame["cost_usd"],
         "reason": frame["failure_reason"].map(lambda r: _clip(r) if isinstance(r, str) else "-"),
     })

@@ -15,9 +15,13 @@ One record (row) per evaluated sample of a problem. Columns (`RECORD_COLUMNS`; m
 | `compile_ms` | `torch.compile`'s time for the same work |
 | `speedup_eager` | `eager_ms / latency_ms` |
 | `speedup_compile` | `compile_ms / latency_ms` |
+| `cuda_graphs_ms` | eager replayed from a CUDA graph of one pass (host-inclusive timing on CUDA only) |
+| `speedup_cuda_graphs` | `cuda_graphs_ms / latency_ms` |
 | `prompt_tokens`, `completion_tokens` | LLM tokens spent |
 | `cost_usd` | LLM cost in US dollars |
 | `wall_s` | wall-clock seconds spent on the sample (generation + checking + timing) |
+| `generation_s` | seconds the source spent producing the candidate (LLM turns, sandbox checks) |
+| `harness_s` | `wall_s - generation_s`: the harness's own validation and timing |
 | `failure_reason` | why it is not correct, as `"<category>: <detail>"` (e.g. `"compile error: ..."`, `"timeout"`) |
 | `bytes_moved`, `flops` | the work the problem needs (for the roofline) |
 | `roofline_floor_ms` | the lower bound from bytes/bandwidth and flops/peak |
@@ -38,6 +42,7 @@ from typing import Any, Literal
 import pandas as pd
 
 __all__ = [
+    "BASELINES",
     "FAST_P_THRESHOLDS",
     "RECORD_COLUMNS",
     "Baseline",
@@ -59,7 +64,8 @@ __all__ = [
     "summarize_by_suite",
 ]
 
-Baseline = Literal["eager", "compile"]
+Baseline = Literal["eager", "compile", "cuda_graphs"]
+BASELINES: tuple[str, ...] = ("eager", "compile", "cuda_graphs")
 
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 1.0, 1.5, 2.0)
 
@@ -75,10 +81,14 @@ RECORD_COLUMNS: dict[str, str] = {
     "compile_ms": "torch.compile time for the same work, ms",
     "speedup_eager": "eager_ms / latency_ms",
     "speedup_compile": "compile_ms / latency_ms",
+    "cuda_graphs_ms": "eager replayed from a CUDA graph of one pass (host-inclusive timing on CUDA only), ms",
+    "speedup_cuda_graphs": "cuda_graphs_ms / latency_ms",
     "prompt_tokens": "LLM prompt tokens",
     "completion_tokens": "LLM completion tokens",
     "cost_usd": "LLM cost, US dollars",
     "wall_s": "wall-clock seconds spent on the sample",
+    "generation_s": "seconds the source spent producing the candidate",
+    "harness_s": "wall_s - generation_s: the harness's own validation and timing",
     "failure_reason": "short reason when not correct",
     "bytes_moved": "bytes the problem must move (roofline)",
     "flops": "floating-point operations the problem needs (roofline)",
@@ -150,8 +160,8 @@ def correct_rate(df: pd.DataFrame, total: int | None = None) -> float:
 
 
 def _speedup_column(baseline: str) -> str:
-    if baseline not in ("eager", "compile"):
-        raise ValueError(f"baseline must be 'eager' or 'compile', got {baseline!r}")
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {baseline!r}")
     return f"speedup_{baseline}"
 
 
@@ -249,20 +259,20 @@ def _clean(value: Any) -> Any:
 def summarize(df: pd.DataFrame, total: int | None = None) -> dict[str, Any]:
     """Every metric in one JSON-safe dict (unavailable values are None).
 
-    Keys: `problems`, `samples`, `compile_rate`, `correct_rate`, `fast_p` (`{"eager"|"compile": {"fast_0": ...,
-    "fast_1": ..., "fast_1.5": ..., "fast_2": ...}}`; a baseline with no measured speedup at all is None),
+    Keys: `problems`, `samples`, `compile_rate`, `correct_rate`, `fast_p` (`{baseline: {"fast_0": ..., "fast_1": ...,
+    "fast_1.5": ..., "fast_2": ...}}` for each of `BASELINES`; a baseline with no measured speedup at all is None),
     `geomean_speedup` (`{"eager": ..., "compile": ...}`), `pass_at_k` (`{"1": ..., "2": ...}` for k in 1, 2, 5,
     10, 20, 50, 100 up to the fewest samples of any problem; empty with one sample per problem), `cost`
     (`total_usd`, `per_problem_usd`, `per_correct_usd`), `tokens` (`prompt`, `completion`), `roofline_fraction`
-    (`mean`, `median`), `mean_attempts`, `wall_s`, `failure_reasons` (`{failure_category: problems}`, plus
-    `"missing"` for problems without a record).
+    (`mean`, `median`), `mean_attempts`, `wall_s`, `harness_s` (`total`, `max`), `failure_reasons`
+    (`{failure_category: problems}`, plus `"missing"` for problems without a record).
     """
     df = normalize_records(df)
     rows = per_problem(df)
     n = problem_count(df, total)
     fast: dict[str, Any] = {}
     geomean: dict[str, Any] = {}
-    for baseline in ("eager", "compile"):
+    for baseline in BASELINES:
         measured = rows[f"speedup_{baseline}"].notna().any()
         fast[baseline] = (
             {f"fast_{p:g}": _clean(fast_p(df, p, baseline, total)) for p in FAST_P_THRESHOLDS} if measured else None
@@ -302,6 +312,10 @@ def summarize(df: pd.DataFrame, total: int | None = None) -> dict[str, Any]:
         },
         "mean_attempts": _clean(float(df["attempts"].mean())) if df["attempts"].notna().any() else None,
         "wall_s": _clean(float(df["wall_s"].fillna(0).sum())),
+        "harness_s": {
+            "total": _clean(float(df["harness_s"].fillna(0).sum())),
+            "max": _clean(float(df["harness_s"].max())) if df["harness_s"].notna().any() else None,
+        },
         "failure_reasons": reasons,
     }
 

@@ -16,7 +16,15 @@ from typing import Any
 
 import pandas as pd
 
-from .metrics import FAST_P_THRESHOLDS, normalize_records, per_problem, roofline_fraction, summarize, summarize_by_suite
+from .metrics import (
+    BASELINES,
+    FAST_P_THRESHOLDS,
+    normalize_records,
+    per_problem,
+    roofline_fraction,
+    summarize,
+    summarize_by_suite,
+)
 
 __all__ = ["PLOT_FILES", "markdown_table", "write_report"]
 
@@ -25,6 +33,7 @@ logger = logging.getLogger(__name__)
 PLOT_FILES = {
     "speedup_eager": "speedup_eager.png",
     "speedup_compile": "speedup_compile.png",
+    "speedup_cuda_graphs": "speedup_cuda_graphs.png",
     "cost_vs_speedup": "cost_vs_speedup.png",
 }
 
@@ -87,14 +96,14 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
         ["compiled", _pct(summary["compile_rate"])],
         ["correct", _pct(summary["correct_rate"])],
     ]
-    for baseline in ("eager", "compile"):
+    for baseline in BASELINES:
         fast = summary["fast_p"].get(baseline)
         if fast is None:
-            rows.append([f"fast_p vs {baseline}", "not measured"])
+            rows.append([f"fast_p vs {_LABELS[baseline]}", "not measured"])
             continue
-        rows.append([f"fast_p vs {baseline} (p = {', '.join(f'{p:g}' for p in FAST_P_THRESHOLDS)})",
+        rows.append([f"fast_p vs {_LABELS[baseline]} (p = {', '.join(f'{p:g}' for p in FAST_P_THRESHOLDS)})",
                      " / ".join(_pct(fast[f"fast_{p:g}"]) for p in FAST_P_THRESHOLDS)])
-        rows.append([f"geomean speedup vs {baseline} (correct only)",
+        rows.append([f"geomean speedup vs {_LABELS[baseline]} (correct only)",
                      _num(summary["geomean_speedup"][baseline], "{:.2f}", "x")])
     for k, value in summary["pass_at_k"].items():
         rows.append([f"pass@{k}", _pct(value)])
@@ -108,6 +117,8 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
          f"{_pct(summary['roofline_fraction']['mean'])} / {_pct(summary['roofline_fraction']['median'])}"],
         ["mean attempts", _num(summary["mean_attempts"])],
         ["wall time", _num(summary["wall_s"], "{:.1f}", " s")],
+        ["harness time (total / slowest problem)", " / ".join(_num(summary["harness_s"][k], "{:.1f}", " s")
+                                                              for k in ("total", "max"))],
     ]
     if summary["failure_reasons"]:
         rows.append(["failures", ", ".join(f"{r}: {n}" for r, n in summary["failure_reasons"].items())])
@@ -133,14 +144,16 @@ def _problem_rows(df: pd.DataFrame) -> list[list[str]]:
         out.append([
             row["problem_id"], status, _num(row["attempts"], "{:.0f}"),
             _num(row["latency_ms"], "{:.4g}"), _num(row["eager_ms"], "{:.4g}"), _num(row["compile_ms"], "{:.4g}"),
-            _num(row["speedup_eager"], "{:.2f}", "x"), _num(row["speedup_compile"], "{:.2f}", "x"),
-            _pct(fractions.loc[index]), tokens, _usd(row["cost_usd"]), reason,
+            _num(row["cuda_graphs_ms"], "{:.4g}"), _num(row["speedup_eager"], "{:.2f}", "x"),
+            _num(row["speedup_compile"], "{:.2f}", "x"), _num(row["speedup_cuda_graphs"], "{:.2f}", "x"),
+            _pct(fractions.loc[index]), _num(row["harness_s"], "{:.1f}"), tokens, _usd(row["cost_usd"]), reason,
         ])
     return out
 
 
-_PROBLEM_HEADERS = ["problem", "status", "attempts", "latency ms", "eager ms", "compile ms", "vs eager",
-                    "vs compile", "roofline", "tokens in/out", "cost", "failure reason"]
+_PROBLEM_HEADERS = ["problem", "status", "attempts", "latency ms", "eager ms", "compile ms", "graphs ms", "vs eager",
+                    "vs compile", "vs graphs", "roofline", "harness s", "tokens in/out", "cost", "failure reason"]
+_LABELS = {"eager": "eager", "compile": "torch.compile", "cuda_graphs": "eager under CUDA graphs"}
 
 
 def _markdown(title: str, summary: Mapping[str, Any], by_suite: Mapping[str, Mapping[str, Any]], df: pd.DataFrame,
@@ -151,10 +164,11 @@ def _markdown(title: str, summary: Mapping[str, Any], by_suite: Mapping[str, Map
         parts += [f"## Suite `{suite or '(none)'}`", ""]
         parts += [markdown_table(["metric", "value"], _summary_rows(suite_summary), "lr"), ""]
         if not rows.empty:
-            parts += [markdown_table(_PROBLEM_HEADERS, _problem_rows(rows), "llrrrrrrrrrl"), ""]
+            parts += [markdown_table(_PROBLEM_HEADERS, _problem_rows(rows), "llrrrrrrrrrrrrl"), ""]
     if plots:
         parts += ["## Plots", ""]
         captions = {"speedup_eager": "Speedup vs eager", "speedup_compile": "Speedup vs torch.compile",
+                    "speedup_cuda_graphs": "Speedup vs eager under CUDA graphs",
                     "cost_vs_speedup": "Cost vs speedup"}
         for name, path in plots.items():
             parts += [f"![{captions.get(name, name)}]({path.name})", ""]
@@ -192,7 +206,7 @@ def _speedup_plot(Figure: Any, Canvas: Any, rows: pd.DataFrame, baseline: str, p
     fig = Figure(figsize=(max(6.0, 0.28 * len(measured) + 2), 4.5))
     Canvas(fig)
     ax = fig.add_subplot()
-    label = "torch.compile" if baseline == "compile" else "eager"
+    label = _LABELS[baseline]
     if measured.empty:
         ax.text(0.5, 0.5, "no correct problem with a measured speedup", ha="center", va="center",
                 transform=ax.transAxes)
@@ -251,7 +265,9 @@ def _write_plots(df: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
     cost = df.groupby(["suite", "problem_id"])["cost_usd"].sum(min_count=1)
     rows = rows.assign(cost_usd=[cost.get((s, p)) for s, p in zip(rows["suite"], rows["problem_id"], strict=True)])
     written: dict[str, Path] = {}
-    for baseline in ("eager", "compile"):
+    for baseline in BASELINES:
+        if baseline != "eager" and not rows[f"speedup_{baseline}"].notna().any():
+            continue  # a baseline this run did not measure gets no empty plot
         path = out_dir / PLOT_FILES[f"speedup_{baseline}"]
         _speedup_plot(Figure, Canvas, rows, baseline, path)
         written[f"speedup_{baseline}"] = path

@@ -15,6 +15,12 @@ compares their forward passes on the file's `get_inputs()`, on normal re-draws o
 and on the oracle's own fresh draws. The reference also runs as a float64 copy of `Model`, so the allowance
 reflects eager's own rounding error. Then candidate, `Model` and `torch.compile(Model)` are timed on `get_inputs()`.
 
+Baselines a user would pick: eager; plain `torch.compile` of the function (or of `Model`), timed by the same clock
+as the candidate; and, where the clock is host-inclusive (`--timing eager`) on CUDA, eager replayed from a CUDA graph
+of one pass (`cuda_graphs_ms`), what a user who graphs the model pays. Each record also says where its time went:
+`generation_s` (the source producing the candidate: LLM turns, sandbox checks), `validate_s`, `timing_s` and
+`harness_s` (wall time minus generation: everything the harness costs, including the candidate's first-call JIT).
+
 Failures are `"<category>: <detail>"`: `unsupported`, `generation failed`, `compile error` (the candidate could not
 be built), `runtime error` (it raised), `incorrect` (wrong results), `benchmark error`, `cuda_error` (a CUDA fault;
 the worker process then exits, see `evals.workers`), `source error` (a bug of the source), `harness_error` (the
@@ -27,13 +33,14 @@ searched, for CUDA faults. Each record also carries `outcome`, a `forge.outcome.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -41,6 +48,7 @@ import torch
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
 from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils
+from forge.execution import TimingMode
 from forge.outcome import HarnessError, Outcome, issue_of, outcome_of_issues
 from forge.samples import Sample, iter_tensors
 
@@ -229,6 +237,7 @@ def evaluate_problem(source: EvalSource, problem: Problem, sample_index: int, de
     target = torch.device(device)
     utils = kernel_utils_for(problem, kernel_utils if kernel_utils is not None else KernelUtils())
     record = base_record(problem, sample_index, source.name, str(target))
+    record["timing"] = utils.timing.value
     notes: list[str] = []
     try:
         record["device_name"] = device_name(target)
@@ -253,6 +262,7 @@ def evaluate_problem(source: EvalSource, problem: Problem, sample_index: int, de
         record["notes"] = notes
     record["outcome"] = _outcome_of(record)
     record["wall_s"] = time.monotonic() - started
+    record["harness_s"] = record["wall_s"] - (record.get("generation_s") or 0.0)
     return record
 
 
@@ -269,9 +279,27 @@ def failure_category_of(reason: str | None) -> str | None:
     return reason.split(":", 1)[0].strip() if reason else None
 
 
-def _candidate(source: EvalSource, make: Callable[[], Candidate]) -> Candidate:
+class _Phases:
+    """Seconds per phase of one evaluation, written into the record as `<phase>_s` (`generation_s`, `validate_s`,
+    `timing_s`); `harness_s` is then the wall time minus generation: what the harness itself costs."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            key = f"{phase}_s"
+            self.record[key] = (self.record.get(key) or 0.0) + time.monotonic() - start
+
+
+def _candidate(source: EvalSource, make: Callable[[], Candidate], record: dict[str, Any]) -> Candidate:
     try:
-        candidate = make()
+        with _Phases(record)("generation"):
+            candidate = make()
     except Exception as exc:  # noqa: BLE001 - a source bug becomes the record's failure
         logger.warning("source %s raised while producing a candidate", source.name, exc_info=True)
         return Candidate.failed(_exception_reason("source error", exc))
@@ -310,14 +338,25 @@ def _time(kernel_utils: KernelUtils, fn: Callable[..., Any], samples: list[Sampl
         return None
 
 
+def _graphed_eager(utils: KernelUtils, fn: Callable[..., Any], samples: list[Sample], device: torch.device,
+                   notes: list[str]) -> BenchmarkResult | None:
+    """The third baseline: eager PyTorch replayed from a CUDA graph of one pass, which is what a user who graphs the
+    model pays per pass (no host launch cost). Only where timing is host-inclusive on CUDA: in device mode every
+    number is already a graph replay, and CPU has no graphs."""
+    if utils.timing is not TimingMode.EAGER or device.type != "cuda":
+        return None
+    return _time(dataclasses.replace(utils, timing=TimingMode.DEVICE), fn, samples, "eager under CUDA graphs", notes)
+
+
 def _fill_timings(record: dict[str, Any], candidate: BenchmarkResult, eager: BenchmarkResult | None,
-                  compiled: BenchmarkResult | None, scale: float) -> None:
+                  compiled: BenchmarkResult | None, scale: float, graphed: BenchmarkResult | None = None) -> None:
     latency = candidate.median_ms * scale
     record["latency_ms"] = latency
     record["benchmark_runs"] = candidate.runs
-    for column, result in (("eager_ms", eager), ("compile_ms", compiled)):
+    for column, result in (("eager_ms", eager), ("compile_ms", compiled), ("cuda_graphs_ms", graphed)):
         record[column] = result.median_ms * scale if result is not None else None
-    for column, base in (("speedup_eager", record["eager_ms"]), ("speedup_compile", record["compile_ms"])):
+    for column, base in (("speedup_eager", record["eager_ms"]), ("speedup_compile", record["compile_ms"]),
+                         ("speedup_cuda_graphs", record["cuda_graphs_ms"])):
         if base is None:
             record[column] = None
         elif latency > 0:
@@ -354,7 +393,8 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
     samples = [sample for _, sample in calls]
     _roofline(problem, calls, record, notes)
 
-    candidate = _candidate(source, lambda: source.function_candidate(problem, samples, device, utils))
+    phase = _Phases(record)
+    candidate = _candidate(source, lambda: source.function_candidate(problem, samples, device, utils), record)
     record.update(_usage_fields(candidate.usage))
     record["candidate"] = candidate.name or None
     if candidate.error is not None:
@@ -365,7 +405,8 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
                                                 "(build) for a function problem")
         return
     fn = _Trusted(candidate.fn) if candidate.trusted else candidate.fn
-    errors = utils.validate(problem.reference, fn, samples)
+    with phase("validate"):
+        errors = utils.validate(problem.reference, fn, samples)
     if errors:
         _classify_errors(errors, record)
         return
@@ -373,15 +414,17 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
 
     distribution = utils.benchmark_distribution(calls)
     scale = sum(count for count, _ in calls) / len(distribution)
-    try:
-        timed = utils.benchmark(fn, distribution)
-    except Exception as exc:  # noqa: BLE001 - a kernel that fails when timed is not usable
-        record["failure_reason"] = _exception_reason("benchmark error", exc)
-        return
-    record["correct"] = True
-    eager = _time(utils, problem.reference, distribution, "eager", notes)
-    compiled = _time(utils, plain_compile_baseline(problem.function), distribution, "torch.compile", notes)
-    _fill_timings(record, timed, eager, compiled, scale)
+    with phase("timing"):
+        try:
+            timed = utils.benchmark(fn, distribution)
+        except Exception as exc:  # noqa: BLE001 - a kernel that fails when timed is not usable
+            record["failure_reason"] = _exception_reason("benchmark error", exc)
+            return
+        record["correct"] = True
+        eager = _time(utils, problem.reference, distribution, "eager", notes)
+        compiled = _time(utils, plain_compile_baseline(problem.function), distribution, "torch.compile", notes)
+        graphed = _graphed_eager(utils, problem.reference, distribution, device, notes)
+    _fill_timings(record, timed, eager, compiled, scale, graphed)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -468,7 +511,8 @@ def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callab
 
 def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.device, utils: KernelUtils,
                      record: dict[str, Any], notes: list[str]) -> None:
-    candidate = _candidate(source, lambda: source.module_candidate(problem, device, utils))
+    phase = _Phases(record)
+    candidate = _candidate(source, lambda: source.module_candidate(problem, device, utils), record)
     record.update(_usage_fields(candidate.usage))
     record["candidate"] = candidate.name or None
     if candidate.error is not None:
@@ -478,7 +522,8 @@ def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.d
         record["failure_reason"] = failure_text("source error", f"{source.name} gave a function candidate (fn) "
                                                 "for a module problem")
         return
-    check = check_module_candidate(problem, candidate.build, device, utils, trusted=candidate.trusted)
+    with phase("validate"):
+        check = check_module_candidate(problem, candidate.build, device, utils, trusted=candidate.trusted)
     if not check.ok:
         if check.category is not None:
             record["errors"] = [_one_line(e) for e in check.errors[:_KEPT_ERRORS]]
@@ -489,17 +534,19 @@ def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.d
     record["compiled"] = True
     assert check.candidate is not None and check.reference is not None and check.inputs is not None
     pass_samples = [Sample(tuple(check.inputs), {})]
-    try:
-        timed = utils.benchmark(check.candidate, pass_samples)
-    except Exception as exc:  # noqa: BLE001
-        record["failure_reason"] = _exception_reason("benchmark error", exc)
-        return
-    record["correct"] = True
-    eager = _time(utils, check.reference.model, pass_samples, "eager", notes)
-    compiled = None
-    try:
-        compiled_model = torch.compile(check.reference.model)
-        compiled = _time(utils, compiled_model, pass_samples, "torch.compile", notes)
-    except Exception as exc:  # noqa: BLE001
-        notes.append(failure_text("torch.compile not timed", _describe(exc)))
-    _fill_timings(record, timed, eager, compiled, 1.0)
+    with phase("timing"):
+        try:
+            timed = utils.benchmark(check.candidate, pass_samples)
+        except Exception as exc:  # noqa: BLE001
+            record["failure_reason"] = _exception_reason("benchmark error", exc)
+            return
+        record["correct"] = True
+        eager = _time(utils, check.reference.model, pass_samples, "eager", notes)
+        compiled = None
+        try:
+            compiled_model = torch.compile(check.reference.model)
+            compiled = _time(utils, compiled_model, pass_samples, "torch.compile", notes)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(failure_text("torch.compile not timed", _describe(exc)))
+        graphed = _graphed_eager(utils, check.reference.model, pass_samples, device, notes)
+    _fill_timings(record, timed, eager, compiled, 1.0, graphed)

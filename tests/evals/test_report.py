@@ -17,8 +17,9 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def records() -> pd.DataFrame:
     return pd.DataFrame([
         dict(problem_id="llama.rms_norm", suite="builtin", compiled=True, correct=True, attempts=2, latency_ms=0.01,
-             eager_ms=0.02, compile_ms=0.04, speedup_eager=2.0, speedup_compile=4.0, prompt_tokens=1200,
-             completion_tokens=300, cost_usd=0.012, wall_s=30.0, roofline_floor_ms=0.008),
+             eager_ms=0.02, compile_ms=0.04, speedup_eager=2.0, speedup_compile=4.0, cuda_graphs_ms=0.015,
+             speedup_cuda_graphs=1.5, prompt_tokens=1200, completion_tokens=300, cost_usd=0.012, wall_s=30.0,
+             harness_s=4.25, roofline_floor_ms=0.008),
         dict(problem_id="llama.silu", suite="builtin", compiled=True, correct=True, attempts=1, latency_ms=0.04,
              eager_ms=0.035, compile_ms=0.04, speedup_eager=0.875, speedup_compile=1.0, cost_usd=0.02),
         dict(problem_id="bert.softmax", suite="builtin", compiled=True, correct=False, attempts=3,
@@ -26,6 +27,14 @@ def records() -> pd.DataFrame:
         dict(problem_id="level1/19_ReLU", suite="kernelbench-level1", compiled=False, correct=False, attempts=3,
              failure_reason="compile error: " + "x" * 300, cost_usd=0.03),
     ])
+
+
+def test_a_baseline_the_run_did_not_measure_gets_no_plot(tmp_path):
+    df = records().drop(columns=["cuda_graphs_ms", "speedup_cuda_graphs"])
+    paths = write_report(df, tmp_path / "out", total=5)
+    assert "speedup_cuda_graphs" not in paths and "speedup_compile" in paths
+    assert summarize(df, total=5)["fast_p"]["cuda_graphs"] is None
+    assert "fast_p vs eager under CUDA graphs | not measured" in paths["report"].read_text()
 
 
 def test_write_report_writes_json_markdown_and_pngs(tmp_path):
@@ -46,7 +55,9 @@ def test_write_report_writes_json_markdown_and_pngs(tmp_path):
     assert text.startswith("# Nightly eval\n")
     assert "## Suite `builtin`" in text and "## Suite `kernelbench-level1`" in text
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "correct" in rows["llama.rms_norm"] and "| 2.00x | 4.00x |" in rows["llama.rms_norm"]
+    assert "correct" in rows["llama.rms_norm"] and "| 2.00x | 4.00x | 1.50x |" in rows["llama.rms_norm"]
+    assert "| 4.2 |" in rows["llama.rms_norm"]  # harness seconds per problem
+    assert "harness time (total / slowest problem) | 4.2 s / 4.2 s" in text
     assert "1200/300" in rows["llama.rms_norm"] and "$0.0120" in rows["llama.rms_norm"]
     assert "100.0%" not in rows["llama.rms_norm"] and "80.0%" in rows["llama.rms_norm"]  # roofline 0.008/0.01
     assert "incorrect" in rows["bert.softmax"] and "mismatch \\| max abs diff 0.5 at [0, 3]" in rows["bert.softmax"]

@@ -126,6 +126,12 @@ def test_compile_source_over_the_smoke_suite_writes_records_and_a_consistent_rep
     assert summary["geomean_speedup"]["compile"] == pytest.approx(geomean)
     assert frame.attrs["summary"]["overall"] == summary
     assert "smoke.layer_norm" in (out / "report.md").read_text()
+    # Where the time went: the harness's own share, per problem, adds up; no CUDA graphs baseline on CPU.
+    for _, row in frame.iterrows():
+        assert row["harness_s"] == pytest.approx(row["wall_s"] - row["generation_s"])
+        assert 0 < row["validate_s"] + row["timing_s"] <= row["harness_s"] and row["timing"] == "eager"
+    assert frame["cuda_graphs_ms"].isna().all() and summary["fast_p"]["cuda_graphs"] is None
+    assert summary["harness_s"]["max"] == pytest.approx(frame["harness_s"].max())
     run = json.loads((out / "run.json").read_text())
     assert run["source"] == "compile" and run["problems"] == n and run["kernel_utils"]["rounds"] == QUICK.rounds
 

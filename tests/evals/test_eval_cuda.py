@@ -1,0 +1,29 @@
+"""Evals on a CUDA device (skipped without one): the third baseline, eager replayed from a CUDA graph, is measured
+where the clock is host-inclusive and left empty where every number is already a graph replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evals import run_eval
+from forge.checking import KernelUtils
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("timing", ["eager", "device"])
+def test_cuda_graphs_baseline_only_with_the_host_inclusive_clock(tmp_path, timing: str) -> None:
+    frame = run_eval("smoke", "compile", out_dir=tmp_path / "run", device="cuda", quick=True, progress=False,
+                     plots=False, workers=0, kernel_utils=KernelUtils(timing=timing))
+    assert frame["correct"].all(), frame[["problem_id", "failure_reason"]]
+    if timing == "eager":
+        assert (frame["cuda_graphs_ms"] > 0).all()
+        ratio = frame["cuda_graphs_ms"] / frame["latency_ms"]
+        assert ((ratio - frame["speedup_cuda_graphs"]).abs() < 1e-9).all()
+    else:
+        assert frame["cuda_graphs_ms"].isna().all()
+    assert (frame["harness_s"] > 0).all()
