@@ -51,11 +51,12 @@ from .progress import ProgressBar, format_duration
 from .report import PLOT_FILES, markdown_table, write_report
 from .results import ResultsStore, parse_shard, record_key, shard
 from .runner import QUICK_KERNEL_UTILS, run_eval
-from .sources import CompileSource, EvalSource, LLMSource, SDPASource, source_from_name
+from .sources import CompileSource, EagerSource, EvalSource, LLMSource, SDPASource, source_from_name
 
 __all__ = [
     "QUICK_KERNEL_UTILS",
     "CompileSource",
+    "EagerSource",
     "EvalSource",
     "LLMSource",
     "SDPASource",

@@ -26,7 +26,7 @@ from evals.metrics import BASELINES
 
 __all__ = ["add_eval_parser", "build_source", "default_out_dir", "run_eval_command"]
 
-_SOURCES = ("llm", "compile", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
+_SOURCES = ("llm", "compile", "eager", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:

@@ -23,7 +23,7 @@ from evals.sources.evaluation import (
 from evals.sources.isolated import IsolatedOutcome, run_isolated
 from evals.sources.llm import LLMSource
 from evals.sources.provider import PROVIDER_PREFIX, ProviderSource
-from evals.sources.static import SDPA_BACKENDS, CompileSource, SDPASource
+from evals.sources.static import SDPA_BACKENDS, CompileSource, EagerSource, SDPASource
 
 __all__ = [
     "CUDA_ERROR_MARKERS",
@@ -33,6 +33,7 @@ __all__ = [
     "USAGE_KEYS",
     "Candidate",
     "CompileSource",
+    "EagerSource",
     "EvalSource",
     "IsolatedOutcome",
     "LLMSource",
@@ -48,8 +49,8 @@ __all__ = [
     "source_from_name",
 ]
 
-SOURCE_NAMES: tuple[str, ...] = ("llm", "compile", "sdpa", *(f"sdpa-{b}" for b in ("flash", "efficient", "cudnn",
-                                                                                   "math")))
+SOURCE_NAMES: tuple[str, ...] = ("llm", "compile", "eager", "sdpa",
+                                 *(f"sdpa-{b}" for b in ("flash", "efficient", "cudnn", "math")))
 
 
 def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -> EvalSource:
@@ -60,6 +61,8 @@ def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -
         return ProviderSource(str(name))
     if key == "compile":
         return CompileSource()
+    if key == "eager":
+        return EagerSource()
     if key == "sdpa":
         return SDPASource()
     if key.startswith("sdpa-") and key in SOURCE_NAMES:

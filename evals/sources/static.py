@@ -1,6 +1,10 @@
-"""Static kernel sources: `torch.compile` (`CompileSource`) and pinned PyTorch SDPA backends (`SDPASource`).
+"""Static kernel sources: `torch.compile` (`CompileSource`), pinned PyTorch SDPA backends (`SDPASource`) and eager
+PyTorch itself (`EagerSource`).
 
 They need no LLM and cost nothing, so they set the bar the generated kernels are compared against in one table.
+`EagerSource` submits the reference as the candidate: it needs no compile, so its `harness_s` is what the harness
+itself costs on a problem (validation at the shipped size plus the timing of candidate and baselines), and its
+speedup vs eager is the timer's noise floor (1.00x expected).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from evals.sources.evaluation import compile_baseline, failure_text
 from forge.checking import KernelUtils
 from forge.samples import Sample
 
-__all__ = ["SDPA_BACKENDS", "CompileSource", "SDPASource"]
+__all__ = ["SDPA_BACKENDS", "CompileSource", "EagerSource", "SDPASource"]
 
 # Backends tried in this order by `SDPASource()` (no backend given); the first that accepts every call wins.
 SDPA_BACKENDS: tuple[str, ...] = ("cudnn", "flash", "efficient", "math")
@@ -43,6 +47,22 @@ class CompileSource(EvalSource):
             return torch.compile(model)
 
         return Candidate(name="torch.compile(Model)", build=build, trusted=True)
+
+
+class EagerSource(EvalSource):
+    """Eager PyTorch as its own candidate: `F.<function>` for function problems, a fresh `Model` for module problems.
+    Not trusted, so the oracle runs every check on it, as on a generated kernel."""
+
+    @property
+    def name(self) -> str:
+        return "eager"
+
+    def function_candidate(self, problem: FunctionProblem, samples: list[Sample], device: torch.device,
+                           kernel_utils: KernelUtils) -> Candidate:
+        return Candidate(name=f"F.{problem.function} (eager)", fn=problem.reference)
+
+    def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
+        return Candidate(name="Model (eager)", build=lambda seed: problem.instantiate(device, seed)[0])
 
 
 class SDPASource(EvalSource):

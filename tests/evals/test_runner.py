@@ -485,3 +485,14 @@ def test_records_carry_the_typed_outcome(tmp_path) -> None:
                 for p in _smoke("smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm")}
     assert outcomes == {"smoke.relu": "mismatch", "smoke.silu": "runtime_error", "smoke.softmax": None,
                         "smoke.rms_norm": "ok"}
+
+
+def test_eager_source_measures_the_harness_alone(tmp_path) -> None:
+    """Eager as its own candidate: correct everywhere, every check run (untrusted), the timer's noise floor."""
+    problems = [*_smoke("smoke.relu"), *load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[:1]]
+    frame = run_eval(problems, "eager", out_dir=tmp_path / "run", device="cpu", workers=0, quick=True,
+                     progress=False, plots=False)
+    assert frame["correct"].all(), frame[["problem_id", "failure_reason"]]
+    assert set(frame["candidate"]) == {"F.relu (eager)", "Model (eager)"}
+    assert (frame["harness_s"] > 0).all() and (frame["generation_s"] < frame["harness_s"]).all()
+    assert (frame["speedup_eager"] > 0).all()
