@@ -496,3 +496,26 @@ def test_eager_source_measures_the_harness_alone(tmp_path) -> None:
     assert set(frame["candidate"]) == {"F.relu (eager)", "Model (eager)"}
     assert (frame["harness_s"] > 0).all() and (frame["generation_s"] < frame["harness_s"]).all()
     assert (frame["speedup_eager"] > 0).all()
+
+
+def test_large_module_inputs_get_one_seed_and_the_record_says_so(tmp_path, monkeypatch) -> None:
+    """Over the size threshold the module check uses the first seed only (KernelBench shipped sizes fit one GPU)."""
+    from evals.sources import evaluation
+    from evals.sources.evaluation import check_module_candidate, evaluate_problem
+
+    problem = load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[0]
+    built: list[int] = []
+
+    def build(seed: int):
+        built.append(seed)
+        return problem.instantiate_candidate(textwrap.dedent(MLP_NEW), "cpu", seed)
+
+    assert check_module_candidate(problem, build, torch.device("cpu"), QUICK).ok
+    assert built == list(evaluation.MODULE_SEEDS)
+    monkeypatch.setattr(evaluation, "LARGE_MODULE_INPUT_BYTES", 0)
+    built.clear()
+    check = check_module_candidate(problem, build, torch.device("cpu"), QUICK)
+    assert check.ok and check.scaled and built == [evaluation.MODULE_SEEDS[0]]
+    record = evaluate_problem(ScriptedSource(modules={problem.id: MLP_NEW}), problem, 0, "cpu", kernel_utils=QUICK)
+    assert record["correct"] and record["oracle_scaled"], record["failure_reason"]
+    assert any("checked on seed 42 only" in note for note in record["notes"])
