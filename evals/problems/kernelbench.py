@@ -34,10 +34,26 @@ _NUMBERED_FILE = re.compile(r"^(\d+)_(.+)$")
 
 
 @contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed torch's RNGs for the block and restore the CPU generator's state afterwards."""
-    with torch.random.fork_rng(devices=[]):
+def _seeded(seed: int, device: Any = None) -> Iterator[None]:
+    """Seed torch's RNGs for the block and restore the CPU generator's state (and `device`'s, a CUDA device)
+    afterwards."""
+    target = torch.device(device) if device is not None else None
+    cuda = [target.index if target.index is not None else torch.cuda.current_device()] \
+        if target is not None and target.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(int(seed))
+        yield
+
+
+@contextmanager
+def _allocating_on(device: Any) -> Iterator[None]:
+    """New tensors default to `device` inside the block, so a file's `torch.rand(...)` draws on the GPU directly:
+    at KernelBench's shipped sizes CPU draws then copies took 3-10 s of a problem's 15-30 s of harness time on an
+    H200 (BENCHMARKS H2). Values then differ from a CPU draw but are as deterministic for a seed and device."""
+    if device is None or torch.device(device).type == "cpu":
+        yield
+        return
+    with torch.device(torch.device(device)):
         yield
 
 
@@ -124,7 +140,7 @@ class ModuleProblem(Problem):
         return model
 
     def _inputs(self, module: Any, seed: int, *, fresh: bool, device: Any, dtype: torch.dtype | None) -> list[Any]:
-        with _seeded(seed):
+        with _seeded(seed, device), _allocating_on(device):
             inputs = list(module.get_inputs())
         if fresh:
             generator = torch.Generator().manual_seed(int(seed))
