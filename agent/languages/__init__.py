@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.languages.cuda import CudaLanguage
 from agent.languages.triton import TritonLanguage
 
-__all__ = ["ExceptionClass", "KernelLanguage", "TritonLanguage", "get_language", "language_names",
+__all__ = ["CudaLanguage", "ExceptionClass", "KernelLanguage", "TritonLanguage", "get_language", "language_names",
            "register_language"]
 
 _LANGUAGES: dict[str, KernelLanguage] = {}
@@ -34,3 +35,4 @@ def language_names() -> list[str]:
 
 
 register_language(TritonLanguage())
+register_language(CudaLanguage())

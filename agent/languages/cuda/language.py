@@ -1,0 +1,224 @@
+"""`CudaLanguage`: CUDA C++ kernels in a `CUDA_SRC` string, launched from a Python `kernel_function`.
+
+Everything the rest of the agent needs from the language is here (the seam of issue 12): prompt fragments and the
+example file (`prompt_fragments()`), reply fences (`fence_tags`, `extract_reply`), screening (`screen`), the
+toolchain fingerprint (`toolchain_key()` for cache keys, `environment()` for the plan), the sandbox child's
+environment (`child_environment`), the build step (`build`, `build_pool`) and the loader (`load`, inherited: importing
+the file runs `load_cuda(CUDA_SRC)`, which fetches the cubin from the build cache or compiles it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.languages.cuda.build import Build, BuildPool, build_cubin, default_cache_dir
+from agent.languages.cuda.diagnostics import CudaCompileError, format_diagnostics
+from agent.languages.cuda.screening import screen_cuda_file
+from agent.languages.cuda.source import CUDA_SOURCE_NAME, extract_cuda_source
+from agent.languages.cuda.toolchain import TOOLCHAIN_ENV, Toolchain, default_backend, toolchain
+from agent.screening.violation import Violation
+
+__all__ = ["CudaLanguage", "PromptFragments"]
+
+PACKAGE_DIR = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class PromptFragments:
+    """What the prompt templates need from a language. `template_dir` holds the Jinja fragments named below (each
+    rendered with the same variables as the built-in templates); `example_file` is shown verbatim."""
+
+    display_name: str
+    kernel_noun: str
+    template_dir: Path
+    system_rules: str
+    rules: str
+    speed: str
+    example_intro: str
+    example_file: Path
+    reply_fence: str
+
+
+class CudaLanguage(KernelLanguage):
+    """CUDA C++: `extern "C" __global__` kernels in `CUDA_SRC`, a Python `kernel_function` that launches them."""
+
+    name = "cuda"
+    display_name: ClassVar[str] = "CUDA C++"
+    file_suffix = ".py"
+    fence_tags = ("python", "py", "python3", "cuda", "cu", "cpp", "c++")
+    entry_point = "kernel_function"
+    example_name: ClassVar[str] = "cuda_example.py"
+
+    # ------------------------------------------------------------------------------------------ prompts
+    def prompt_fragments(self) -> PromptFragments:
+        folder = PACKAGE_DIR / "prompts"
+        return PromptFragments(
+            display_name=self.display_name,
+            kernel_noun='`extern "C" __global__` CUDA kernels',
+            template_dir=folder,
+            system_rules="system_rules.j2",
+            rules="rules.j2",
+            speed="speed.j2",
+            example_intro="example_intro.j2",
+            example_file=PACKAGE_DIR / self.example_name,
+            reply_fence="python",
+        )
+
+    # ------------------------------------------------------------------------------------------ replies
+    def extract_reply(self, text: str):  # -> ExtractedCode | None (agent.replies; imported lazily)
+        """The candidate file in an LLM reply: the Python block defining `kernel_function`; when that block has no
+        `CUDA_SRC` and the reply has exactly one ```cuda/```cu/```cpp block with a `__global__` kernel, that block is
+        spliced in as `CUDA_SRC = r\"\"\"...\"\"\"` after the imports (models often split the two)."""
+        from agent.replies import ExtractedCode, extract_code
+
+        chosen = None
+        for tag in ("python", "cuda"):
+            chosen = extract_code(text, tag)
+            if chosen is not None and re.search(r"^\s*def\s+kernel_function\s*\(", chosen.code, re.MULTILINE):
+                break
+            chosen = None
+        if chosen is None:
+            return None
+        if re.search(rf"^{CUDA_SOURCE_NAME}\s*[:=]", chosen.code, re.MULTILINE):
+            return chosen  # the file has its own CUDA_SRC (screening judges it)
+        device_blocks = []
+        for tag in ("cuda", "cu", "cpp", "c++"):
+            block = extract_code(text, tag, entry_points=())
+            if block is not None and "__global__" in block.code and block.code not in device_blocks:
+                device_blocks.append(block.code)
+        if len(device_blocks) != 1 or '"""' in device_blocks[0]:
+            return chosen
+        code = _splice_cuda_source(chosen.code, device_blocks[0])
+        return ExtractedCode(code=code, block_count=chosen.block_count,
+                             note=chosen.note + "; CUDA_SRC taken from the reply's separate CUDA block")
+
+    # ------------------------------------------------------------------------------------------ screening
+    def screen(self, source: str, function_name: str | None = None) -> list[Violation]:
+        return screen_cuda_file(source, function_name, self.entry_point)
+
+    def device_types(self) -> tuple[str, ...]:
+        """CUDA only: there is no CPU interpreter for CUDA C++ (CPU CI compiles, it does not run)."""
+        return ("cuda",)
+
+    # ------------------------------------------------------------------------------------------ toolchain
+    def toolchain(self, arch: str | None = None) -> Toolchain:
+        return toolchain(None, arch)
+
+    def toolchain_key(self, arch: str | None = None) -> str:
+        """For kernel-cache keys: backend, arch and compiler version (a new compiler or GPU is a miss)."""
+        return self.toolchain(arch).key()
+
+    def environment(self, arch: str | None = None) -> dict[str, str | None]:
+        """For the plan's environment record."""
+        return self.toolchain(arch).to_dict()
+
+    # ------------------------------------------------------------------------------------------ sandbox
+    def child_environment(self, device_type: str) -> dict[str, str]:
+        """The sandbox's own build cache (never the parent's, which the parent loads cubins from), and the parent's
+        toolchain pinned so the child computes the same build keys as the parent's `build_pool` (it then loads the
+        precompiled cubin without needing a compiler inside the sandbox)."""
+        from agent.sandbox.isolation import sandbox_cache_dir
+
+        cache = sandbox_cache_dir() / "cuda"
+        env = {"KFORGE_CUDA_CACHE": str(cache), "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions")}
+        for name in ("KFORGE_CUDA_BACKEND", "KFORGE_NVRTC_LIBRARY"):
+            if os.environ.get(name):
+                env[name] = os.environ[name]
+        try:
+            chain = toolchain()
+        except Exception:  # noqa: BLE001 - no torch CUDA here: the child works its toolchain out itself
+            chain = None
+        if chain is not None and chain.arch is not None:
+            env[TOOLCHAIN_ENV] = chain.to_json()
+        return env
+
+    def sandbox_cache_dir(self) -> Path:
+        from agent.sandbox.isolation import sandbox_cache_dir
+
+        return sandbox_cache_dir() / "cuda"
+
+    # ------------------------------------------------------------------------------------------ build
+    def build(self, source: str, *, arch: str | None = None, cache_dir: str | os.PathLike | None = None) -> Build:
+        """Compile a candidate file's CUDA_SRC into the build cache (raises `CudaCompileError`, or ValueError when
+        the file has no literal CUDA_SRC)."""
+        cuda_source = _cuda_source_of(source)
+        return build_cubin(cuda_source, self._cubin_toolchain(arch), cache_dir)
+
+    def build_pool(self, *, arch: str | None = None, cache_dir: str | os.PathLike | None = None,
+                   max_workers: int | None = None) -> CandidateBuildPool:
+        """A thread pool that compiles candidate files while the GPU checks others. Pass `cache_dir=
+        self.sandbox_cache_dir()` so sandbox children find the cubins."""
+        return CandidateBuildPool(BuildPool(self._cubin_toolchain(arch), cache_dir or default_cache_dir(),
+                                            max_workers))
+
+    @staticmethod
+    def _cubin_toolchain(arch: str | None) -> Toolchain:
+        backend = default_backend()
+        return toolchain("nvcc" if backend == "load_inline" else backend, arch)
+
+    # ------------------------------------------------------------------------------------------ errors
+    def classify_exception(self, exc: BaseException) -> ExceptionClass:
+        return "compile_error" if _compile_error(exc) is not None else "runtime_error"
+
+    def compile_log(self, exc: BaseException) -> str:
+        error = _compile_error(exc)
+        if error is None:
+            return str(exc)
+        return format_diagnostics(error.diagnostics, getattr(error, "cuda_source", None)) or error.log[-2000:]
+
+
+class CandidateBuildPool:
+    """`BuildPool` over candidate files: `submit(file_source)` -> Future[Build] (ValueError when no CUDA_SRC)."""
+
+    def __init__(self, pool: BuildPool) -> None:
+        self.pool = pool
+
+    def submit(self, source: str) -> Future[Build]:
+        try:
+            cuda_source = _cuda_source_of(source)
+        except ValueError as exc:
+            failed: Future[Build] = Future()
+            failed.set_exception(exc)
+            return failed
+        return self.pool.submit(cuda_source)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> CandidateBuildPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cuda_source_of(source: str) -> str:
+    extracted = extract_cuda_source(source)
+    if extracted is None:
+        raise ValueError(f"the file has no module-level {CUDA_SOURCE_NAME} string literal")
+    return extracted[0]
+
+
+def _compile_error(exc: BaseException) -> CudaCompileError | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CudaCompileError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _splice_cuda_source(python_code: str, cuda_code: str) -> str:
+    """Insert `CUDA_SRC = r\"\"\"<cuda_code>\"\"\"` after the last top-level import of `python_code`."""
+    lines = python_code.splitlines()
+    last_import = max((i for i, line in enumerate(lines) if re.match(r"(import|from)\s+\w", line)), default=-1)
+    block = [f'{CUDA_SOURCE_NAME} = r"""', *cuda_code.rstrip("\n").splitlines(), '"""', ""]
+    return "\n".join(lines[: last_import + 1] + [""] + block + lines[last_import + 1:]) + "\n"
