@@ -1,7 +1,8 @@
 """On-disk cache of validated generated kernels, so a second `make_plan` on the same model needs no LLM call.
 
 Key: the function and every call signature, the GPU (name and compute capability, or the CPU interpreter), the
-torch and triton versions, the model with its generation parameters, and the hash of the prompt templates in use.
+torch version and the language's toolchain (`KernelLanguage.toolchain_key`: Triton's version, or CUDA's compiler,
+version and arch), the model with its generation parameters, and the hash of the prompt templates in use.
 Any change to one of those is a miss. Entries are JSON files written atomically.
 
 Entries carry generated source that is imported on a hit, so they are signed (`forge.signing`, the user's key; one
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from agent.languages import get_language
 from agent.provider import GeneratedKernelProvider
 from forge.atomic import write_json_atomic
 from forge.signing import check_document, load_key, sign_document
@@ -30,15 +32,6 @@ from forge.signing import check_document, load_key, sign_document
 __all__ = ["KernelCache", "cache_key"]
 
 logger = logging.getLogger(__name__)
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except Exception:  # pragma: no cover - triton is a dependency
-        return None
 
 
 def cache_key(*, task_key: str, model_fingerprint: str, template_hash: str, language: str) -> str:
@@ -49,7 +42,7 @@ def cache_key(*, task_key: str, model_fingerprint: str, template_hash: str, lang
         "templates": template_hash,
         "language": language,
         "torch": torch.__version__,
-        "triton": _triton_version(),
+        "toolchain": get_language(language).toolchain_key(),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

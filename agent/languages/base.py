@@ -10,10 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agent.screening.violation import Violation
 from forge.source_files import import_source_file
+
+if TYPE_CHECKING:
+    from forge.checking.launch_check import LaunchMonitor
 
 __all__ = ["ExceptionClass", "KernelLanguage"]
 
@@ -21,9 +24,11 @@ ExceptionClass = Literal["compile_error", "runtime_error"]
 
 
 class KernelLanguage(ABC):
-    """One kernel language. Subclasses set the class attributes and implement `screen` and `device_types`."""
+    """One kernel language. Subclasses set the class attributes and implement `screen` and `device_types`; the
+    defaults below (reply extraction, toolchain fingerprint) suit a Python file with no build step."""
 
     name: ClassVar[str]
+    display_name: ClassVar[str] = ""
     file_suffix: ClassVar[str] = ".py"
     fence_tags: ClassVar[tuple[str, ...]] = ("python", "py")
     entry_point: ClassVar[str] = "kernel_function"
@@ -54,6 +59,13 @@ class KernelLanguage(ABC):
             raise TypeError(f"`{self.entry_point}` in {path.name} is a {type(entry).__name__}, not a function")
         return entry
 
+    def launch_monitor(self) -> LaunchMonitor | None:
+        """The run-time launch check's monitor for this language (`forge.checking.launch_check`), or None when the
+        language cannot count its own kernels' launches. Call it before importing the candidate (it installs the
+        language's launch-counting hooks); then `with monitor.watch(inputs) as record: out = candidate(...)` and
+        `launch_issues(records)`."""
+        return None
+
     def child_environment(self, device_type: str) -> dict[str, str]:
         """Extra environment variables for a sandbox child running kernels on `device_type`."""
         return {}
@@ -65,3 +77,23 @@ class KernelLanguage(ABC):
     def compile_log(self, exc: BaseException) -> str:
         """The compiler's message for a compile error (an excerpt is shown to the agent)."""
         return str(exc)
+
+    @property
+    def title(self) -> str:
+        """The name shown in prompts and reports (`display_name`, else the capitalised `name`)."""
+        return self.display_name or self.name.capitalize()
+
+    def extract_reply(self, text: str) -> Any:
+        """The candidate file in an LLM reply (`agent.replies.ExtractedCode`), or None when there is none."""
+        from agent.replies import extract_code
+
+        return extract_code(text)
+
+    def toolchain_key(self) -> str:
+        """What makes a compiled kernel of this language reusable (compiler and runtime versions), for the kernel
+        cache's key: a new compiler is a miss."""
+        return ""
+
+    def environment(self) -> dict[str, Any]:
+        """The toolchain, for the plan's environment record."""
+        return {}

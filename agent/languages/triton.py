@@ -2,10 +2,14 @@
 
 Screening adds Triton's own names to the common policy (`triton.jit`, `autotune`, `heuristics`, `Config`, `cdiv`,
 `next_power_of_2`, device queries through `triton.runtime.driver.active`, and all of `triton.language` that stays
-inside `triton.language`), then checks the file's structure: a top-level `def kernel_function(...)`, at least one
-`@triton.jit` function, and a launch `kernel[grid](...)` in `kernel_function` or a helper it calls. On a machine
-without a GPU the sandbox runs Triton kernels on CPU tensors through the interpreter (`TRITON_INTERPRET=1`), where a
-failure inside a kernel body (what the GPU compiler would refuse) surfaces as `InterpreterError`.
+inside `triton.language`), then checks the file's structure: a top-level `def kernel_function(...)` and at least one
+`@triton.jit` function. Whether `kernel_function` really launches its kernels, and whether PyTorch computes anything
+on its behalf, is checked while it runs (`launch_monitor()`, `forge.checking.launch_check`; issue 8): a static check
+by name refused a kernel picked from a per-shape cache and let a no-op launch beside tensor math pass.
+
+On a machine without a GPU the sandbox runs Triton kernels on CPU tensors through the interpreter
+(`TRITON_INTERPRET=1`), where a failure inside a kernel body (what the GPU compiler would refuse) surfaces as
+`InterpreterError`, and an autotuner runs its first config (there is no device to time; `triton_hooks`).
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.languages.triton_hooks import install_triton_hooks
 from agent.languages.triton_launch import install_cached_launchers, launch_cache_enabled
 from agent.screening import policy
 from agent.screening.python_ast import PythonRules, analyse_python
 from agent.screening.violation import Violation
+from forge.checking.launch_check import LaunchMonitor
 
 __all__ = ["MODULE_RULES", "TRITON_ALLOWED", "TritonLanguage", "module_torch_allowed", "triton_reference_problem"]
 
@@ -119,10 +126,20 @@ MODULE_RULES = PythonRules(
 )
 
 
+@functools.cache
+def _runtime_roots() -> tuple[Path, ...]:
+    """Directories whose ATen ops are not the candidate's: Triton's package and the harness's languages/sandbox."""
+    import triton
+
+    agent_root = Path(__file__).resolve().parents[1]
+    return (Path(triton.__file__).resolve().parent, agent_root / "languages", agent_root / "sandbox")
+
+
 class TritonLanguage(KernelLanguage):
     """Triton: `@triton.jit` kernels plus a Python `kernel_function` that allocates outputs and launches them."""
 
     name = "triton"
+    display_name = "Triton"
     file_suffix = ".py"
     fence_tags = ("python", "py", "triton")
     entry_point = "kernel_function"
@@ -143,17 +160,14 @@ class TritonLanguage(KernelLanguage):
         if not analysis.device_functions - {entry}:
             violations.append(Violation("@triton.jit", 0, "no @triton.jit kernel: the computation must be written as "
                                         "a Triton kernel", "structure"))
-        elif fn is not None and entry not in analysis.device_functions and not any(
-            analysis.launches.get(name) for name in analysis.reachable_functions(entry)
-        ):
-            violations.append(Violation(entry, fn.lineno, f"`{entry}` never launches a @triton.jit kernel (expected "
-                                        f"`kernel[grid](...)` in {entry} or a helper it calls)", "structure"))
         return violations
 
     def load(self, path: str | Path, module_name: str) -> Callable:
         """Import as the base class does, then give the module's `@triton.jit` kernels cached launchers
         (`agent.languages.triton_launch`: a repeated launch skips the JIT's argument binding; off when
-        `$KFORGE_TRITON_LAUNCH_CACHE=0`)."""
+        `$KFORGE_TRITON_LAUNCH_CACHE=0`). The harness's Triton hooks (launch counting, one autotune config on the
+        interpreter) are installed before the import."""
+        install_triton_hooks()
         entry = super().load(path, module_name)
         if launch_cache_enabled():
             install_cached_launchers(sys.modules[module_name])
@@ -173,6 +187,15 @@ class TritonLanguage(KernelLanguage):
             violations.append(Violation("@triton.jit", 0, "no @triton.jit kernel: the computation must be written as "
                                         "Triton kernels", "structure"))
         return violations
+
+    def launch_monitor(self) -> LaunchMonitor:
+        """Counts launches of `@triton.jit` kernels (also autotuned, heuristics, compiled, cached and interpreted
+        ones; `agent.languages.triton_hooks`) and records the ATen ops the candidate's own code runs; ops made by
+        Triton's runtime (the interpreter's argument copies, an autotuner's timing) or the harness are not the
+        candidate's. The candidate runs in the same process, so a kernel could tamper with this; the static screen
+        forbids the constructs needed."""
+        install_triton_hooks()
+        return LaunchMonitor(self.name, ignored_roots=_runtime_roots())
 
     def device_types(self) -> tuple[str, ...]:
         """CUDA (also ROCm builds of torch) and, through the Triton interpreter, CPU."""
@@ -194,6 +217,12 @@ class TritonLanguage(KernelLanguage):
             current = current.__cause__ or current.__context__
         return "runtime_error"
 
+    def toolchain_key(self) -> str:
+        return f"triton {_triton_version()}"
+
+    def environment(self) -> dict[str, Any]:
+        return {"triton": _triton_version()}
+
     def compile_log(self, exc: BaseException) -> str:
         parts: list[str] = []
         seen: set[int] = set()
@@ -203,3 +232,12 @@ class TritonLanguage(KernelLanguage):
             parts.append(f"{type(current).__module__}.{type(current).__qualname__}: {current}")
             current = current.__cause__
         return "\n".join(parts)
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except Exception:  # noqa: BLE001 - triton is a dependency; a broken install keys as unknown
+        return None
