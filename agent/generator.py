@@ -1,13 +1,20 @@
-"""`LLMKernelGenerator`: the LLM agent that writes kernels for one `torch.nn.functional` function.
+"""`LLMKernelGenerator`: the LLM agent that writes kernels for one `torch.nn.functional` function, and whole
+`ModelNew` modules for KernelBench-format problems (`generate_module`, used by the evals).
 
-Per function it runs `candidates` independent conversations. Each conversation asks for a kernel (the `generate`
-prompt), screens it, runs it in the sandbox against the harness oracle, and feeds every failure back (`fix`) for up
-to `attempts` turns (a `harness_error` verdict, a failure of the harness and not of the kernel, ends the
-conversation instead: it is never sent to the model as its fault); after the first correct kernel it spends
-`optimize_rounds` more turns asking for faster versions (`optimize`: latency vs PyTorch, vs the roofline floor and
-vs an empty kernel launch). The fastest correct
-kernel over all conversations becomes a `GeneratedKernelProvider`. Validated kernels are cached on disk, so a second
-`make_plan` on the same model makes no LLM call. Everything said and measured is written under an artifacts folder.
+One conversation loop serves both kinds of problem; a small `_Problem` object per kind supplies what differs (the
+first, fix and optimize prompts, how a candidate is checked, how its speed reads). The loop asks for a candidate,
+checks it (function kernels: screened and run in the sandbox against the harness oracle; modules: the caller's
+`evaluate(source)`, the eval's oracle in a child process) and feeds every failure back (`fix`) for up to `attempts`
+turns (a `harness_error` verdict, a failure of the harness and not of the candidate, ends the conversation instead:
+it is never sent to the model as its fault); after the first correct candidate it spends `optimize_rounds` more
+turns asking for faster versions (`optimize` / `optimize_module`: measured time vs PyTorch; for kernels also vs the
+roofline floor and an empty kernel launch), and keeps the fastest correct one (ranked by measured speedup). Module
+problems used to stop at the first correct `ModelNew`, so a correct KernelBench kernel never heard its speed.
+
+Per function it runs `candidates` independent conversations (one per module problem). The fastest correct kernel
+over all conversations becomes a `GeneratedKernelProvider`. Validated kernels are cached on disk, so a second
+`make_plan` on the same model makes no LLM call. Everything said and measured is written under an artifacts folder
+(one transcript folder per conversation, for both kinds).
 
 `submit` returns at once; `cancel` (called by the optimizer when its generation timeout passes) abandons in-flight
 LLM calls and kills every sandbox child within a few seconds.
@@ -20,11 +27,12 @@ import dataclasses
 import datetime as _dt
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -58,25 +66,42 @@ RANDOM_FUNCTIONS = frozenset(
 @dataclass
 class _Attempt:
     code: str | None
-    result: SandboxResult | None
+    result: Any  # a SandboxResult, or the module verdict `evaluate` returned; None when no code was found
     note: str = ""
+
+
+def _status(verdict: Any) -> Outcome | None:
+    """The verdict's status as an `Outcome` (None for a status outside it, from a caller's `evaluate`)."""
+    try:
+        return Outcome(getattr(verdict, "status", None))
+    except ValueError:
+        return None
+
+
+def _speedup(verdict: Any) -> float:
+    """Measured speedup over PyTorch of a correct verdict (0.0 when it was not timed): how correct results rank."""
+    value = getattr(verdict, "speedup", None)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _cancelled(verdict: Any) -> bool:
+    details = getattr(verdict, "details", None)
+    return bool(details.get("cancelled")) if isinstance(details, dict) else False
 
 
 @dataclass
 class _ConversationOutcome:
     index: int
     best_code: str | None = None
-    best_result: SandboxResult | None = None
+    best_result: Any = None
     turns: int = 0
     error: str | None = None
-    harness_error: bool = False  # stopped because the harness failed, not the kernel
+    harness_error: bool = False  # stopped because the harness failed, not the candidate
     history: list[_Attempt] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
-        if self.best_result is None:
-            return 0.0
-        return self.best_result.speedup or 0.0
+        return _speedup(self.best_result) if self.best_result is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -244,21 +269,13 @@ class LLMKernelGenerator(KernelGenerator):
                         usage={"cached": True, "calls": 0, **{k: v for k, v in info.items() if k != "cached"}},
                     )
         folder = self.artifacts_dir / function
-        futures = [
-            self._conversation_pool.submit(self._conversation, task, samples, counts, i, folder, cancel)
-            for i in range(self.candidates)
-        ]
+        problem = _FunctionProblem(self, task, samples, counts)
+        futures = [self._conversation_pool.submit(self._conversation, problem, i, folder, cancel)
+                   for i in range(self.candidates)]
         outcomes = [f.result() for f in futures]
         usage = self._usage_for(function)
         usage["attempts"] = sum(o.turns for o in outcomes)
-        if self._client is not None:  # run totals so far: every function's calls, tokens and cost
-            self._write_json(self.artifacts_dir / "usage.json", self._client.usage.summary())
-        self._write_json(folder / "summary.json", {
-            "function": function,
-            "conversations": [{"index": o.index, "turns": o.turns, "speedup": o.speedup, "error": o.error}
-                              for o in outcomes],
-            "usage": usage,
-        })
+        self._write_summary(folder, function, outcomes, usage)
         correct = [o for o in outcomes if o.best_code is not None]
         if not correct:
             errors = "; ".join(f"conversation {o.index}: {o.error}" for o in outcomes)
@@ -294,7 +311,7 @@ class LLMKernelGenerator(KernelGenerator):
             return {"calls": 0}
         return dict(client.usage.by_tag().get(tag, {"calls": 0}))
 
-    # -- one conversation ---------------------------------------------------------------------------------
+    # -- one conversation (both kinds of problem) ------------------------------------------------------------
     def _ask(self, messages: list[dict[str, str]], tag: str, cancel: threading.Event) -> Any:
         while not self._llm_slots.acquire(timeout=0.2):
             if cancel.is_set():
@@ -336,14 +353,16 @@ class LLMKernelGenerator(KernelGenerator):
             "calls": sum(1 for _ in samples),
         })
 
-    def _conversation(self, task: KernelTask, samples: list[Sample], counts: list[int], index: int,
-                      folder: Path, cancel: threading.Event) -> _ConversationOutcome:
+    def _conversation(self, problem: _Problem, index: int, folder: Path,
+                      cancel: threading.Event) -> _ConversationOutcome:
+        """One conversation: fix turns until a candidate is correct, then optimize rounds; the fastest correct
+        candidate is kept (see the module docstring)."""
         outcome = _ConversationOutcome(index=index)
         log = _Transcript(folder / f"conversation-{index}")
-        messages = [{"role": "system", "content": self.renderer.system(task)},
-                    {"role": "user", "content": self.renderer.generate(task)}]
+        messages = [{"role": "system", "content": problem.system_prompt()},
+                    {"role": "user", "content": problem.first_prompt()}]
         best_code: str | None = None
-        best: SandboxResult | None = None
+        best: Any = None
         last_code: str | None = None
         budget = self.attempts
         optimizing = 0
@@ -357,7 +376,7 @@ class LLMKernelGenerator(KernelGenerator):
                     outcome.error = "cancelled"
                     break
                 log.write_prompt(outcome.turns, messages[-1]["content"])
-                reply = self._ask(messages, task.function, cancel)
+                reply = self._ask(messages, problem.tag, cancel)
                 outcome.turns += 1
                 if best is None:
                     budget -= 1
@@ -368,81 +387,83 @@ class LLMKernelGenerator(KernelGenerator):
                 extracted = None if reply.truncated else extract_code(reply.text)
                 if extracted is None:
                     status = "truncated" if reply.truncated else "no_code"
-                    failure = Failure.of({"status": status, "message": no_code_feedback(reply.text),
-                                          "reply": reply.text[-2000:]})
+                    failure = Failure.of({"status": status, "reply": reply.text[-2000:],
+                                          "message": no_code_feedback(reply.text, entry_point=problem.entry_point)})
                     outcome.history.append(_Attempt(None, None, status))
-                    messages.append({"role": "user", "content": self.renderer.fix(task, last_code, failure)})
+                    messages.append({"role": "user", "content": problem.fix_prompt(last_code, failure)})
                     continue
                 code = extracted.code
-                result = self._run_sandbox(code, task, samples, counts, cancel)
+                result = problem.evaluate(code, cancel)
                 log.write_result(outcome.turns - 1, code, result)
                 outcome.history.append(_Attempt(code, result))
-                if result.ok:
-                    if best is None or (result.speedup or 0.0) > (best.speedup or 0.0):
+                status = _status(result)
+                if status == Outcome.OK:
+                    if best is None or _speedup(result) > _speedup(best):
                         best_code, best = code, result
-                    messages.append({"role": "user", "content": self.renderer.optimize(
-                        task, best_code, self._performance(task, best, samples))})
-                else:
-                    if result.details.get("cancelled"):
-                        outcome.error = "cancelled"
+                    if optimizing >= self.optimize_rounds:
                         break
-                    if not result.status.blames_candidate:  # the harness failed: never told to the model as its fault
-                        outcome.error = f"{Outcome.HARNESS_ERROR.value}: {result.message}"
-                        outcome.harness_error = True
-                        logger.warning("%s: conversation %d for %s stopped: %s", self.name, index, task.function,
-                                       outcome.error)
+                    prompt = problem.optimize_prompt(best_code, best)
+                    if prompt is None:  # nothing measured to optimise against: the first correct one stands
                         break
-                    last_code = code
-                    messages.append({"role": "user", "content": self.renderer.fix(task, code, result)})
+                    messages.append({"role": "user", "content": prompt})
+                    continue
+                if _cancelled(result):
+                    outcome.error = "cancelled"
+                    break
+                if status is not None and not status.blames_candidate:  # never told to the model as its fault
+                    outcome.error = f"{Outcome.HARNESS_ERROR.value}: {getattr(result, 'message', '')}"
+                    outcome.harness_error = True
+                    logger.warning("%s: conversation %d for %s stopped: %s", self.name, index, problem.tag,
+                                   outcome.error)
+                    break
+                last_code = code
+                messages.append({"role": "user", "content": problem.fix_prompt(code, result)})
         except LLMError as exc:
             outcome.error = f"llm {exc.kind}: {exc.message}"
-            logger.warning("%s: conversation %d for %s stopped: %s", self.name, index, task.function, outcome.error)
-        except Exception as exc:  # a bug must not take the optimizer down
-            outcome.error = f"{type(exc).__name__}: {exc}"
-            logger.warning("%s: conversation %d for %s failed", self.name, index, task.function, exc_info=True)
+            logger.warning("%s: conversation %d for %s stopped: %s", self.name, index, problem.tag, outcome.error)
+        except Exception as exc:  # a bug of ours (the harness, not the model) must not take the caller down
+            outcome.error = f"{Outcome.HARNESS_ERROR.value}: {type(exc).__name__}: {exc}"
+            outcome.harness_error = True
+            logger.warning("%s: conversation %d for %s failed", self.name, index, problem.tag, exc_info=True)
         outcome.best_code, outcome.best_result = best_code, best
         if best is None and outcome.error is None:
             last = outcome.history[-1] if outcome.history else None
-            reason = last.result.message if last and last.result else (last.note if last else "no reply")
-            outcome.error = f"no correct kernel in {self.attempts} attempt(s); last: {reason}"
+            reason = getattr(last.result, "message", "") if last and last.result is not None else \
+                (last.note if last else "no reply")
+            outcome.error = f"no correct {problem.noun} in {self.attempts} attempt(s); last: {reason}"
         log.write_messages(messages)
         return outcome
 
+    def _write_summary(self, folder: Path, label: str, outcomes: list[_ConversationOutcome],
+                       usage: dict[str, Any]) -> None:
+        if self._client is not None:  # run totals so far: every problem's calls, tokens and cost
+            self._write_json(self.artifacts_dir / "usage.json", self._client.usage.summary())
+        self._write_json(folder / "summary.json", {
+            "problem": label,
+            "conversations": [{"index": o.index, "turns": o.turns, "speedup": o.speedup, "error": o.error}
+                              for o in outcomes],
+            "usage": usage,
+        })
+
     # -- module problems (KernelBench format, used by evals) ----------------------------------------------
     def generate_module(self, task: ModuleTask, evaluate: Callable[[str], Any]) -> ModuleGenerationResult:
-        """Write a `ModelNew` for a KernelBench-format problem. `evaluate(source)` checks one candidate and returns
-        an object with `status` / `message` / `details` (a `SandboxResult`-like verdict; `status == "ok"` = pass)."""
-        tag = f"module:{task.name}" if getattr(task, "name", None) else "module"
-        messages = [{"role": "system", "content": self.renderer.system(task)},
-                    {"role": "user", "content": self.renderer.generate_module(task)}]
-        last_code = None
-        turns = 0
-        cancel = self._cancel
-        try:
-            for _ in range(self.attempts):
-                reply = self._ask(messages, tag, cancel)
-                turns += 1
-                messages.append({"role": "assistant", "content": reply.text})
-                extracted = None if reply.truncated else extract_code(reply.text)
-                if extracted is None:
-                    failure = Failure.of({"status": "no_code", "message": no_code_feedback(reply.text,
-                                                                                           entry_point="ModelNew")})
-                    messages.append({"role": "user", "content": self.renderer.fix_module(task, last_code, failure)})
-                    continue
-                verdict = evaluate(extracted.code)
-                status = getattr(verdict, "status", None)
-                if status == Outcome.OK:
-                    return ModuleGenerationResult(extracted.code, None, self._usage_for(tag), turns)
-                if status == Outcome.HARNESS_ERROR:  # not the model's fault: stop without blaming it
-                    return ModuleGenerationResult(
-                        None, f"{Outcome.HARNESS_ERROR.value}: {getattr(verdict, 'message', '')}",
-                        self._usage_for(tag), turns, outcome=Outcome.HARNESS_ERROR)
-                last_code = extracted.code
-                messages.append({"role": "user", "content": self.renderer.fix_module(task, last_code, verdict)})
-        except LLMError as exc:
-            return ModuleGenerationResult(None, f"llm {exc.kind}: {exc.message}", self._usage_for(tag), turns)
-        return ModuleGenerationResult(None, f"no correct ModelNew in {self.attempts} attempt(s)",
-                                      self._usage_for(tag), turns)
+        """Write a `ModelNew` for a KernelBench-format problem, in the same conversation loop as kernels.
+
+        `evaluate(source)` checks one candidate and returns a `SandboxResult`-like verdict: `status` (an `Outcome`
+        value; `ok` = correct, `harness_error` = the harness failed), `message`, `details`, and for a correct one
+        its timing against the reference `Model` (`latency_ms` / `baseline_ms`: `BenchmarkResult` dicts or ms,
+        and `speedup`). A timed correct `ModelNew` gets `optimize_rounds` turns asking for a faster one; the
+        fastest correct `ModelNew` is returned. An untimed correct verdict ends the conversation at once."""
+        problem = _ModuleProblem(self, task, evaluate)
+        folder = self.artifacts_dir / f"module-{_safe_name(getattr(task, 'name', None) or 'Model')}"
+        outcome = self._conversation(problem, 0, folder, self._cancel)
+        usage = self._usage_for(problem.tag)
+        usage["attempts"] = outcome.turns
+        self._write_summary(folder, problem.tag, [outcome], usage)
+        if outcome.best_code is not None:
+            return ModuleGenerationResult(outcome.best_code, None, usage, outcome.turns)
+        return ModuleGenerationResult(None, outcome.error or "no correct ModelNew", usage, outcome.turns,
+                                      outcome=Outcome.HARNESS_ERROR if outcome.harness_error else None)
 
     @staticmethod
     def _write_json(path: Path, data: Any) -> None:
@@ -453,8 +474,116 @@ class LLMKernelGenerator(KernelGenerator):
             logger.debug("cannot write %s", path, exc_info=True)
 
 
+class _Problem(Protocol):
+    """What differs between the kinds of problem; `LLMKernelGenerator._conversation` is the one loop over them."""
+
+    tag: str  # usage tag and log label
+    noun: str  # what the model writes ("kernel", "ModelNew"), for messages
+    entry_point: str  # what a reply's code must define, for the no-code feedback
+
+    def system_prompt(self) -> str: ...
+
+    def first_prompt(self) -> str: ...
+
+    def fix_prompt(self, previous_code: str | None, failure: Any) -> str: ...
+
+    def optimize_prompt(self, code: str, verdict: Any) -> str | None:
+        """The optimize prompt for the best correct candidate so far; None when its speed was not measured."""
+
+    def evaluate(self, code: str, cancel: threading.Event) -> Any:
+        """The verdict on one candidate: `status` (`Outcome`), `message`, `details`, `speedup` when correct."""
+
+
+@dataclass(frozen=True, eq=False)
+class _FunctionProblem:
+    """One `torch.nn.functional` function: the kernel runs in the sandbox against the oracle on the samples."""
+
+    generator: LLMKernelGenerator
+    task: KernelTask
+    samples: list[Sample]
+    counts: list[int]
+    noun: str = "kernel"
+    entry_point: str = "kernel_function"
+
+    @property
+    def tag(self) -> str:
+        return self.task.function
+
+    def system_prompt(self) -> str:
+        return self.generator.renderer.system(self.task)
+
+    def first_prompt(self) -> str:
+        return self.generator.renderer.generate(self.task)
+
+    def fix_prompt(self, previous_code: str | None, failure: Any) -> str:
+        return self.generator.renderer.fix(self.task, previous_code, failure)
+
+    def optimize_prompt(self, code: str, verdict: Any) -> str | None:
+        performance = self.generator._performance(self.task, verdict, self.samples)
+        return self.generator.renderer.optimize(self.task, code, performance)
+
+    def evaluate(self, code: str, cancel: threading.Event) -> Any:
+        return self.generator._run_sandbox(code, self.task, self.samples, self.counts, cancel)
+
+
+@dataclass(frozen=True, eq=False)
+class _ModuleProblem:
+    """A KernelBench-format problem: the caller's `evaluate(source)` checks (and times) each `ModelNew`."""
+
+    generator: LLMKernelGenerator
+    task: ModuleTask
+    check: Callable[[str], Any]
+    noun: str = "ModelNew"
+    entry_point: str = "ModelNew"
+
+    @property
+    def tag(self) -> str:
+        name = getattr(self.task, "name", None)
+        return f"module:{name}" if name else "module"
+
+    def system_prompt(self) -> str:
+        return self.generator.renderer.system(self.task)
+
+    def first_prompt(self) -> str:
+        return self.generator.renderer.generate_module(self.task)
+
+    def fix_prompt(self, previous_code: str | None, failure: Any) -> str:
+        return self.generator.renderer.fix_module(self.task, previous_code, failure)
+
+    def optimize_prompt(self, code: str, verdict: Any) -> str | None:
+        latency = getattr(verdict, "latency_ms", None)
+        if latency is None:
+            return None
+        timing = latency.get("mode", "eager") if isinstance(latency, dict) else "eager"
+        try:
+            performance = Performance.of({"latency_ms": latency, "baseline_ms": getattr(verdict, "baseline_ms", None),
+                                          "timing": timing, "calls": 1})
+        except ValueError as exc:  # an unusable measurement (e.g. a zero median): nothing to optimise against
+            logger.info("%s: no usable timing for %s: %s", self.generator.name, self.tag, exc)
+            return None
+        return self.generator.renderer.optimize_module(self.task, code, performance)
+
+    def evaluate(self, code: str, cancel: threading.Event) -> Any:
+        return self.check(code)
+
+
+def _safe_name(name: str) -> str:
+    """A problem name as one folder name."""
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "problem"
+
+
+def _verdict_dict(verdict: Any) -> Any:
+    """A verdict in JSON-safe form for the transcript (`to_dict()` where it has one)."""
+    to_dict = getattr(verdict, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if dataclasses.is_dataclass(verdict) and not isinstance(verdict, type):
+        return dataclasses.asdict(verdict)
+    return getattr(verdict, "__dict__", repr(verdict))
+
+
 class _Transcript:
-    """Writes one conversation's prompts, replies, code and sandbox verdicts as files (best effort)."""
+    """Writes one conversation's prompts, replies, code and verdicts as files (best effort)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -472,9 +601,9 @@ class _Transcript:
     def write_reply(self, turn: int, text: str) -> None:
         self._write(f"turn{turn:02d}-reply.md", text)
 
-    def write_result(self, turn: int, code: str, result: SandboxResult) -> None:
+    def write_result(self, turn: int, code: str, result: Any) -> None:
         self._write(f"turn{turn:02d}-kernel.py", code)
-        self._write(f"turn{turn:02d}-result.json", json.dumps(result.to_dict(), indent=1, default=str))
+        self._write(f"turn{turn:02d}-result.json", json.dumps(_verdict_dict(result), indent=1, default=str))
 
     def write_messages(self, messages: list[dict[str, str]]) -> None:
         self._write("messages.json", json.dumps(messages, indent=1))

@@ -65,7 +65,8 @@ def _tidy(text: str) -> str:
 
 
 class PromptRenderer:
-    """Renders the system, generate, fix and optimize prompts (and their module-problem variants)."""
+    """Renders the system, generate, fix and optimize prompts (and their module-problem variants: generate_module,
+    fix_module, optimize_module)."""
 
     def __init__(self, prompts_dir: str | Path | None = None) -> None:
         self.builtin_dir = Path(PROMPTS_DIR)
@@ -198,6 +199,17 @@ class PromptRenderer:
     def generate_module(self, task: ModuleTask) -> str:
         """First user message for a KernelBench-format problem: write `ModelNew`."""
         return self.render("generate_module.j2", **self._module_context(task))
+
+    def optimize_module(self, task: ModuleTask, code: str, performance: Any) -> str:
+        """Follow-up for a correct `ModelNew`: its measured forward time vs the reference `Model` (one pass on
+        `get_inputs()`, the same Performance block as `optimize`); ask for a faster file."""
+        perf = Performance.of(performance)
+        return self.render(
+            "optimize_module.j2",
+            **self._module_context(task),
+            code=code,
+            performance=perf.template_context(calls=1),
+        )
 
     def fix_module(self, task: ModuleTask, previous_code: str | None, failure: Any) -> str:
         """Follow-up after a failed `ModelNew` attempt."""

@@ -5,7 +5,10 @@ Function problems: `generator.prepare(function, samples)`, then `generator.submi
 a result with a ready `provider` is the candidate, its `usage` (prompt/completion tokens, cost, attempts) goes into
 the record. Module problems: `generator.generate_module(task, evaluate)` with an `agent.prompting.ModuleTask`;
 each `ModelNew` the LLM writes is checked by `evaluate` in a child process (`evals.sources.isolated`), with the
-same oracle as the final evaluation, so a candidate that crashes only costs that attempt.
+same oracle as the final evaluation, so a candidate that crashes only costs that attempt. A correct `ModelNew` is
+then timed in the same child against the reference `Model` (one forward pass on `get_inputs()`, `KernelUtils.benchmark`
+in the eval's timing mode), so the generator's optimize rounds tell the model its speed and keep the fastest correct
+`ModelNew`, exactly as for function kernels.
 
 The generator is built in each worker (`setup`), with its kernel cache off (an eval measures generation, not the
 cache) and its artifacts under the run folder. `agent` is imported lazily, so `evals` works without it.
@@ -24,6 +27,7 @@ import datetime as _dt
 import logging
 import os
 import shutil
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,11 +36,11 @@ import torch
 
 from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
-from evals.sources.evaluation import MODULE_SEEDS, check_module_candidate, failure_text
+from evals.sources.evaluation import MODULE_SEEDS, ModuleCheck, check_module_candidate, failure_text
 from evals.sources.isolated import run_isolated
 from forge.atomic import write_text_atomic
 from forge.checking import KernelUtils
-from forge.outcome import HarnessError, Outcome, issue_of
+from forge.outcome import CandidateCall, HarnessError, Outcome, issue_of
 from forge.provider import KernelGenerator
 from forge.samples import Sample
 
@@ -64,11 +68,13 @@ def _import_generator_class() -> type:
 
 
 def module_verdict(problem: ModuleProblem, source: str, device: str, kernel_utils: KernelUtils,
-                   seeds: tuple[int, ...] = MODULE_SEEDS) -> dict[str, Any]:
+                   seeds: tuple[int, ...] = MODULE_SEEDS, *, timed: bool = True) -> dict[str, Any]:
     """Check one `ModelNew` source with the oracle (run in a child process by `LLMSource`); a JSON-safe verdict
     `{"status": "ok" | "compile_error" | "runtime_error" | "mismatch" | "harness_error", "message": ...,
     "errors": [...], "issues": [...]}` (`issues`: the oracle's `ValidationIssue.to_dict()`s, for the fix prompt's
-    mismatch table)."""
+    mismatch table). A correct candidate is then timed (`timed`): `latency_ms` / `baseline_ms` are the
+    `BenchmarkResult.to_dict()` of one forward pass of `ModelNew` and of the reference `Model` on `get_inputs()`,
+    by `kernel_utils.benchmark` (its timing mode), as the eval times them; they feed the optimize rounds."""
     target = torch.device(device)
     try:
         check = check_module_candidate(
@@ -77,10 +83,33 @@ def module_verdict(problem: ModuleProblem, source: str, device: str, kernel_util
     except HarnessError as exc:  # the reference failed (or ran out of memory): not the candidate's fault
         return {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {exc.reason}", "errors": []}
     if check.ok:
-        return {"status": Outcome.OK.value, "message": "ModelNew matches Model on every seed", "errors": []}
+        verdict = {"status": Outcome.OK.value, "message": "ModelNew matches Model on every seed", "errors": []}
+        return {**verdict, **_module_timing(check, kernel_utils)} if timed else verdict
     issues = [issue_of(e).to_dict() for e in check.errors[:8]]
     return {"status": check.outcome.value, "message": check.errors[0], "errors": [str(e) for e in check.errors[:8]],
             "issues": issues}
+
+
+def _module_timing(check: ModuleCheck, kernel_utils: KernelUtils) -> dict[str, Any]:
+    """`latency_ms` / `baseline_ms` of a correct candidate (see `module_verdict`). A candidate that raises while
+    timed (in device mode: one that cannot be captured in a CUDA graph) fails as a `runtime_error`, as the eval's
+    `benchmark error` fails it; a reference that cannot be timed only leaves `baseline_ms` None."""
+    assert check.candidate is not None and check.reference is not None and check.inputs is not None
+    samples = [Sample(tuple(check.inputs), {})]
+    try:
+        latency = kernel_utils.benchmark(CandidateCall(check.candidate), samples)
+    except Exception as exc:  # noqa: BLE001 - the candidate's failure, reported to the model
+        text = f"{type(exc).__name__}: {exc}"
+        return {"status": Outcome.RUNTIME_ERROR.value, "message": f"ModelNew is correct but raised while timed: "
+                f"{text.splitlines()[0] if text else ''}", "errors": [f"timing ModelNew raised {text}"],
+                "exception": {"type": type(exc).__name__, "message": str(exc),
+                              "traceback": traceback.format_exc(limit=8)}}
+    try:
+        baseline = kernel_utils.benchmark(check.reference.model, samples).to_dict()
+    except Exception as exc:  # noqa: BLE001 - no baseline: the candidate is still correct
+        logger.info("the reference Model could not be timed: %s: %s", type(exc).__name__, exc)
+        baseline = None
+    return {"latency_ms": latency.to_dict(), "baseline_ms": baseline}
 
 
 def _category(result: Any) -> str:
@@ -260,9 +289,11 @@ class LLMSource(EvalSource):
                                timeout_s=self.module_check_timeout_s)
         if outcome.status == "ok":
             verdict = outcome.value
-            return SandboxResult(status=verdict["status"], message=verdict["message"],
-                                 details={"errors": verdict["errors"], "issues": verdict.get("issues", []),
-                                          "phase": "module check"})
+            details = {"errors": verdict["errors"], "issues": verdict.get("issues", []), "phase": "module check"}
+            if verdict.get("exception") is not None:
+                details["exception"] = verdict["exception"]
+            return SandboxResult(status=verdict["status"], message=verdict["message"], details=details,
+                                 latency_ms=verdict.get("latency_ms"), baseline_ms=verdict.get("baseline_ms"))
         # "error": module_verdict itself raised, outside the candidate's contained calls: the harness failed
         status = {"error": Outcome.HARNESS_ERROR.value, "crash": "crash", "timeout": "timeout"}[outcome.status]
         return SandboxResult(status=status, message=outcome.message.splitlines()[0] if outcome.message else status,

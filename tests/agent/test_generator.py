@@ -276,3 +276,39 @@ def test_optimize_rounds_show_the_measurements_and_keep_the_fastest_correct_kern
     assert result.provider.metadata["sandbox_speedup"] > 0
     usage = json.loads(next((tmp_path / "runs").rglob("usage.json")).read_text())
     assert usage["calls"] == 3 and usage["per_tag"]["silu"]["calls"] == 3
+
+
+def test_a_module_problem_runs_in_the_same_loop_and_an_untimed_verdict_ends_it_at_the_first_correct_one(
+        scripted_llm, tmp_path) -> None:
+    """`generate_module` shares the conversation loop: no-code and fix feedback for `ModelNew`, and without a
+    measured time (the caller's `evaluate` gives none) there is nothing to optimise, so no optimize round is asked."""
+    from agent.prompting import ModuleTask
+    from agent.sandbox import SandboxResult
+    from tests.evals.test_runner import MLP, MLP_NEW, MLP_WRONG
+
+    def evaluate(code: str) -> SandboxResult:  # a real (in-process) check of ModelNew against Model
+        reference, candidate = {}, {}
+        exec(compile(MLP, "<Model>", "exec"), reference)  # noqa: S102 - test sources
+        exec(compile(code, "<ModelNew>", "exec"), candidate)  # noqa: S102
+        torch.manual_seed(0)
+        model = reference["Model"](16, 8)
+        torch.manual_seed(0)
+        model_new = candidate["ModelNew"](16, 8)
+        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            close = torch.allclose(model(x), model_new(x), atol=1e-6)
+        return SandboxResult(status="ok" if close else "mismatch",
+                             message="ModelNew matches Model" if close else "ModelNew differs from Model")
+
+    scripted_llm.push(reply("Here is my plan: fuse the linear layer and the ReLU."), reply(fenced(MLP_WRONG)),
+                      reply(fenced(MLP_NEW)))
+    generator = _generator(scripted_llm, tmp_path, attempts=3, optimize_rounds=2)
+    result = generator.generate_module(ModuleTask.from_source(MLP, name="LinearReLU"), evaluate)
+    assert result.error is None and result.source.strip() == MLP_NEW.strip()
+    assert result.attempts == 3 and result.usage["calls"] == 3 and result.usage["prompt_tokens"] > 0
+    prompts = _user_prompts(scripted_llm)
+    assert len(prompts) == 3  # no optimize round: the correct verdict carried no timing
+    assert prompts[1].startswith("# Fix your `ModelNew`") and "defines `ModelNew`" in prompts[1]
+    assert prompts[2].startswith("# Fix your `ModelNew`") and "ModelNew differs from Model" in prompts[2]
+    folder = tmp_path / "runs"
+    assert len(list(folder.rglob("module-LinearReLU/conversation-0/turn*-kernel.py"))) == 2

@@ -29,7 +29,8 @@ from forge.functional import functional_names, original_function
 from forge.samples import Sample, TensorSpec
 from prompts import PROMPTS_DIR
 
-BUILTIN_TEMPLATES = ["system.j2", "generate.j2", "fix.j2", "optimize.j2", "generate_module.j2", "fix_module.j2"]
+BUILTIN_TEMPLATES = ["system.j2", "generate.j2", "fix.j2", "optimize.j2", "generate_module.j2", "fix_module.j2",
+                     "optimize_module.j2", "_performance.j2"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -348,6 +349,33 @@ def test_module_prompts_carry_source_inputs_and_example(renderer):
     fix = renderer.fix_module(task, "class ModelNew: pass\n", {"status": "compile_error",
                                                                 "details": {"compile_log": "SyntaxError: bad"}})
     assert "SyntaxError: bad" in fix and "class ModelNew: pass" in fix and task.source.strip() in fix
+
+
+def test_optimize_module_prompt_shows_the_measured_forward_against_model(renderer, task):
+    module = _module_task()
+    code = "class ModelNew: pass\n"
+    text = renderer.optimize_module(module, code, {"latency_ms": {"median_ms": 0.5, "mode": "device"},
+                                                   "baseline_ms": {"median_ms": 0.8, "mode": "device"}})
+    assert text.startswith("# Make your `ModelNew` for the module problem `scaled_leaky_relu` faster")
+    assert "clock: device time (CUDA-graph replay)" in text
+    assert "| your ModelNew | 500 us | |" in text
+    assert "| PyTorch eager (`Model`) | 800 us | speedup 1.60x" in text and "1.60x faster than PyTorch eager" in text
+    assert code.rstrip() in text and module.source.strip() in text
+    assert "casts the model and every floating input to bfloat16" in text
+    slower = renderer.optimize_module(module, code, Performance(latency_ms=1.6, baseline_ms=0.8))
+    assert "slower than PyTorch eager (0.50x)" in slower and "empty kernel launch" not in slower
+    with pytest.raises(TypeError, match="ModuleTask"):
+        renderer.optimize_module(task, code, Performance(latency_ms=1.0))
+    with pytest.raises(ValueError, match="latency_ms"):
+        renderer.optimize_module(module, code, {"baseline_ms": 1.0})
+
+
+def test_override_of_the_performance_block_applies_to_both_optimize_prompts(tmp_path, task):
+    (tmp_path / "_performance.j2").write_text("HOUSE TABLE: {{ subject }} took {{ performance.latency }}\n")
+    custom = PromptRenderer(tmp_path)
+    assert "HOUSE TABLE: your kernel took 1 ms" in custom.optimize(task, PREVIOUS, Performance(latency_ms=1.0))
+    assert "HOUSE TABLE: your ModelNew took 1 ms" in custom.optimize_module(_module_task(), "class ModelNew: pass\n",
+                                                                           Performance(latency_ms=1.0))
 
 
 def test_module_task_from_source_errors_are_clear():

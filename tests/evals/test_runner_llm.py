@@ -370,7 +370,7 @@ def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path
     (level / "1_LinearReLU.py").write_text(MLP)
     with ScriptedLLMServer([reply(fenced(MLP_WRONG)), reply(fenced(MLP_NEW))]) as server:
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
-        source = LLMSource(config, generator_options={"attempts": 3}, screen_modules=False)
+        source = LLMSource(config, generator_options={"attempts": 3, "optimize_rounds": 0}, screen_modules=False)
         frame = run_eval(level, source, out_dir=tmp_path / "run",
                          device="cpu", workers=1, quick=True, progress=False, plots=False)
         fix_prompt = server.requests[1]["messages"][-1]["content"]
@@ -391,3 +391,119 @@ def test_generated_module_files_are_screened_before_they_run(tmp_path) -> None:
     assert verdict.status == "forbidden"
     constructs = {v["construct"] for v in verdict.details["violations"]}
     assert "@triton.jit" in constructs and any("logsumexp" in c for c in constructs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Module problems: optimize rounds in the shared conversation loop
+# ---------------------------------------------------------------------------------------------------------
+# Correct, but pays 20 ms of sleep per forward: slower than MLP_NEW (about 10 us at 4x16) by three orders of magnitude.
+MLP_SLOW = MLP_NEW.replace("import torch\n", "import time\n\nimport torch\n", 1).replace(
+    "    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.02)\n")
+# The reference itself fails: every verdict is the harness's failure, never the candidate's.
+MLP_BROKEN_REFERENCE = MLP.replace("return torch.relu(self.linear(x))",
+                                   "raise RuntimeError('the reference Model is broken')")
+
+
+def _module_conversation(tmp_path, problem_source: str, replies: list[str], **options):
+    """The real generator on one module problem through `LLMSource`'s own checker (a child process per verdict):
+    (result, every verdict in order, every prompt the server got)."""
+    from agent.prompting import ModuleTask
+    from evals import module_problem_from_source
+    from evals.runner import QUICK_KERNEL_UTILS
+
+    problem = module_problem_from_source(problem_source, problem_id="level1/1_LinearReLU", suite="kb",
+                                         name="LinearReLU")
+    verdicts = []
+    with ScriptedLLMServer([reply(fenced(text)) for text in replies]) as server:
+        config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
+        source = LLMSource(config, generator_options={"artifacts_dir": tmp_path / "runs", **options},
+                           screen_modules=False)
+        source.setup("cpu", QUICK_KERNEL_UTILS)
+
+        def evaluate(code: str):
+            verdicts.append(source._verdict(problem, code, "cpu", QUICK_KERNEL_UTILS))
+            return verdicts[-1]
+
+        try:
+            result = source.generator.generate_module(ModuleTask.from_source(problem.source, name="LinearReLU"),
+                                                      evaluate)
+        finally:
+            source.close()
+        prompts = [r["messages"][-1]["content"] for r in server.requests]
+    return result, verdicts, prompts
+
+
+def test_a_module_problem_gets_optimize_rounds_and_keeps_the_fastest_correct_modelnew(tmp_path,
+                                                                                      isolated_cache) -> None:
+    from agent.prompting import format_time_ms
+
+    # Turn 1: correct but slow. Optimize 1: wrong (a fix prompt follows). Optimize 2: correct and fast.
+    # Optimize 3: correct and slow again (must not replace the fast one).
+    result, verdicts, prompts = _module_conversation(tmp_path, MLP, [MLP_SLOW, MLP_WRONG, MLP_NEW, MLP_SLOW],
+                                                     attempts=2, optimize_rounds=3)
+    assert [v.status.value for v in verdicts] == ["ok", "mismatch", "ok", "ok"]
+    assert result.error is None and result.attempts == 4 and result.usage["calls"] == 4
+    # Correct verdicts carry the timing of ModelNew and of the reference Model, taken in the checker's child.
+    for verdict in (verdicts[0], verdicts[2], verdicts[3]):
+        assert verdict.latency_ms["median_ms"] > 0 and verdict.baseline_ms["median_ms"] > 0
+        assert verdict.latency_ms["mode"] == verdict.baseline_ms["mode"] == "eager"
+    assert verdicts[1].latency_ms is None  # a wrong one is not timed
+    # The optimize prompt shows the measured numbers of the (then) best ModelNew, and its code.
+    optimize = prompts[1]
+    assert "Make your `ModelNew` for the module problem `LinearReLU` faster" in optimize
+    assert f"| your ModelNew | {format_time_ms(verdicts[0].latency_ms['median_ms'])} |" in optimize
+    assert (f"| PyTorch eager (`Model`) | {format_time_ms(verdicts[0].baseline_ms['median_ms'])} | "
+            f"speedup {verdicts[0].speedup:.2f}x") in optimize
+    assert "time.sleep(0.02)" in optimize
+    assert "mismatch" in prompts[2] and "seed 42" in prompts[2]  # the wrong "faster" one got its fix prompt
+    assert "Make your `ModelNew`" in prompts[3] and "time.sleep" not in prompts[3]  # MLP_NEW is now the best
+    # The fastest correct ModelNew is the one returned (the one the child measured fastest).
+    fastest = max((verdicts[i].speedup, replies) for i, replies in ((0, MLP_SLOW), (2, MLP_NEW), (3, MLP_SLOW)))
+    assert result.source.strip() == fastest[1].strip() == MLP_NEW.strip()
+    # The transcript is on disk, as for function problems.
+    folder = next((tmp_path / "runs").rglob("module-LinearReLU"))
+    assert len(list(folder.rglob("turn*-kernel.py"))) == 4 and (folder / "conversation-0" / "messages.json").is_file()
+    assert json.loads((folder / "summary.json").read_text())["conversations"][0]["turns"] == 4
+
+
+def test_a_harness_error_ends_a_module_conversation_without_blaming_the_model(tmp_path, isolated_cache) -> None:
+    result, verdicts, prompts = _module_conversation(tmp_path, MLP_BROKEN_REFERENCE, [MLP_NEW, MLP_NEW],
+                                                     attempts=2, optimize_rounds=1)
+    assert [v.status.value for v in verdicts] == ["harness_error"]
+    assert result.source is None and result.outcome == "harness_error" and result.error.startswith("harness_error")
+    assert "the reference Model is broken" in result.error
+    assert len(prompts) == 1  # no fix prompt: the model is never told the harness's failure is its fault
+
+
+def test_module_verdict_times_only_correct_candidates_and_a_failure_to_time_is_the_candidates(tmp_path) -> None:
+    from evals import module_problem_from_source
+    from evals.runner import QUICK_KERNEL_UTILS
+    from evals.sources.llm import module_verdict
+    from forge.checking import KernelUtils
+    from forge.outcome import CandidateCall
+
+    class CandidateNotTimeable(KernelUtils):
+        """As in device mode for a ModelNew that cannot be captured in a CUDA graph: timing it raises."""
+
+        def benchmark(self, fn, samples):
+            if isinstance(fn, CandidateCall):
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return super().benchmark(fn, samples)
+
+    class ReferenceNotTimeable(KernelUtils):
+        def benchmark(self, fn, samples):
+            if not isinstance(fn, CandidateCall):
+                raise RuntimeError("the reference cannot be timed here")
+            return super().benchmark(fn, samples)
+
+    problem = module_problem_from_source(MLP, problem_id="level1/1_LinearReLU", suite="kb")
+    settings = {f: getattr(QUICK_KERNEL_UTILS, f) for f in ("warmup", "rounds", "min_run_time_s")}
+    timed = module_verdict(problem, MLP_NEW, "cpu", KernelUtils(**settings))
+    assert timed["status"] == "ok" and timed["latency_ms"]["median_ms"] > 0 and timed["baseline_ms"]["median_ms"] > 0
+    assert "latency_ms" not in module_verdict(problem, MLP_NEW, "cpu", KernelUtils(**settings), timed=False)
+    assert "latency_ms" not in module_verdict(problem, MLP_WRONG, "cpu", KernelUtils(**settings))  # wrong: untimed
+    refused = module_verdict(problem, MLP_NEW, "cpu", CandidateNotTimeable(**settings))
+    assert refused["status"] == "runtime_error" and "raised while timed" in refused["message"]
+    assert "stream is capturing" in refused["exception"]["message"] and "latency_ms" not in refused
+    no_baseline = module_verdict(problem, MLP_NEW, "cpu", ReferenceNotTimeable(**settings))
+    assert no_baseline["status"] == "ok" and no_baseline["baseline_ms"] is None and no_baseline["latency_ms"]
