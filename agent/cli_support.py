@@ -28,11 +28,26 @@ def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--candidates", type=int, default=2, help="independent conversations per function (2)")
     group.add_argument("--attempts", type=int, default=4, help="turns per conversation to reach a correct kernel (4)")
     group.add_argument("--optimize-rounds", type=int, default=2, help="extra turns asking for faster kernels (2)")
+    group.add_argument("--language", type=parse_languages, default=("triton",), metavar="NAMES",
+                       help="kernel language(s) the model writes: triton, cuda, or triton,cuda (conversations "
+                            "alternate; the fastest correct kernel wins). Default triton")
     group.add_argument("--prompts-dir", help="folder of .j2 templates overriding the built-in prompts")
     group.add_argument("--artifacts-dir", help="where conversations, kernels and verdicts are written")
     group.add_argument("--generate-functions", metavar="NAMES",
                        help="comma-separated functions the generator may attempt (default: all deterministic ones)")
     add_sandbox_arguments(parser)
+
+
+def parse_languages(text: str) -> tuple[str, ...]:
+    """`--language`: comma-separated registered kernel languages (`triton`, `cuda`), no duplicates."""
+    from agent.languages import language_names
+
+    names = tuple(dict.fromkeys(n.strip().lower() for n in str(text).split(",") if n.strip()))
+    unknown = [n for n in names if n not in language_names()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown kernel language {', '.join(unknown) or repr(text)}; choose from "
+                                         f"{', '.join(language_names())} (comma-separated for several)")
+    return names
 
 
 def generators_from_args(args: argparse.Namespace) -> list:
@@ -67,6 +82,7 @@ def generators_from_args(args: argparse.Namespace) -> list:
             candidates=args.candidates,
             attempts=args.attempts,
             optimize_rounds=args.optimize_rounds,
+            language=list(args.language),
             prompts_dir=args.prompts_dir,
             artifacts_dir=args.artifacts_dir,
             functions=_names(args.generate_functions),

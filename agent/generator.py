@@ -37,11 +37,11 @@ from typing import Any, Protocol
 import torch
 
 from agent.cache import KernelCache, cache_key
-from agent.languages import get_language
+from agent.languages import KernelLanguage, get_language
 from agent.llm import LLMClient, LLMConfig, LLMError
 from agent.prompting import Failure, KernelTask, ModuleTask, Performance, PromptRenderer
 from agent.provider import GeneratedKernelProvider
-from agent.replies import extract_code, no_code_feedback
+from agent.replies import no_code_feedback
 from agent.sandbox import SandboxPool, SandboxResult
 from forge.execution import Execution
 from forge.functional import functional_names
@@ -129,7 +129,7 @@ class LLMKernelGenerator(KernelGenerator):
         optimize_rounds: int = 2,
         functions: Sequence[str] | None = None,
         exclude: Sequence[str] | None = None,
-        language: str = "triton",
+        language: str | Sequence[str] = "triton",
         prompts_dir: str | Path | None = None,
         llm_concurrency: int = 4,
         sandbox_concurrency: int | None = None,
@@ -148,7 +148,11 @@ class LLMKernelGenerator(KernelGenerator):
         self.candidates = candidates
         self.attempts = attempts
         self.optimize_rounds = optimize_rounds
-        self.language = get_language(language)
+        names = [language] if isinstance(language, str) else list(language)
+        if not names:
+            raise ValueError("language must name at least one kernel language (e.g. 'triton' or ['triton', 'cuda'])")
+        self.languages = tuple(get_language(name) for name in dict.fromkeys(names))
+        self.language = self.languages[0]
         self.renderer = PromptRenderer(prompts_dir)
         known = set(functional_names())
         for label, names in (("functions", functions), ("exclude", exclude)):
@@ -208,7 +212,7 @@ class LLMKernelGenerator(KernelGenerator):
             logger.info("%s: no samples for %s", self.name, function)
             return False
         devices = {t.device.type for s in samples for t in iter_tensors((s.args, s.kwargs))}
-        unsupported = devices - set(self.language.device_types())
+        unsupported = devices - {t for language in self.languages for t in language.device_types()}
         if unsupported:
             logger.info("%s: %s kernels cannot target %s tensors (samples of %s)", self.name, self.language.name,
                         ", ".join(sorted(unsupported)), function)
@@ -240,27 +244,34 @@ class LLMKernelGenerator(KernelGenerator):
         self.sandbox.close()
 
     # -- one function -------------------------------------------------------------------------------------
-    def _task(self, function: str, samples: list[Sample]) -> tuple[KernelTask, list[int]]:
+    def _task(self, function: str, samples: list[Sample], language: str | None = None) -> tuple[KernelTask, list[int]]:
         counter = SampleCounter()
         for sample in samples:
             counter.add(sample.args, sample.kwargs, clone=False)
         items = counter.items()
-        return KernelTask.from_samples(function, items, language=self.language.name), [c for c, _ in items]
+        return (KernelTask.from_samples(function, items, language=language or self.language.name),
+                [c for c, _ in items])
 
     def cache_key_for(self, task: KernelTask) -> str:
         return cache_key(
             task_key=task.signature_key(),
             model_fingerprint=self.config.fingerprint(),
-            template_hash=self.renderer.template_hash(),
-            language=self.language.name,
+            template_hash=self.renderer.template_hash(task.language),
+            language=task.language,
         )
 
+    def _usable_languages(self, samples: list[Sample]) -> list[Any]:
+        devices = {t.device.type for s in samples for t in iter_tensors((s.args, s.kwargs))}
+        return [language for language in self.languages if devices <= set(language.device_types())]
+
     def _generate(self, function: str, samples: list[Sample], cancel: threading.Event) -> KernelGenerationResult:
-        task, counts = self._task(function, samples)
-        key = self.cache_key_for(task)
+        languages = self._usable_languages(samples) or [self.language]
+        tasks = {language.name: self._task(function, samples, language.name) for language in languages}
         if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
+            for task, _ in tasks.values():
+                hit = self.cache.get(self.cache_key_for(task))
+                if hit is None:
+                    continue
                 provider, info = hit
                 if provider.prepare(samples):
                     logger.info("%s: kernel for %s served from the cache (no LLM call)", self.name, function)
@@ -269,8 +280,10 @@ class LLMKernelGenerator(KernelGenerator):
                         usage={"cached": True, "calls": 0, **{k: v for k, v in info.items() if k != "cached"}},
                     )
         folder = self.artifacts_dir / function
-        problem = _FunctionProblem(self, task, samples, counts)
-        futures = [self._conversation_pool.submit(self._conversation, problem, i, folder, cancel)
+        # Conversation i writes in languages[i % len(languages)]: with ["triton", "cuda"] and 2 candidates, one
+        # conversation per language, and the fastest correct kernel of either wins.
+        problems = [_FunctionProblem(self, task, samples, counts) for task, counts in tasks.values()]
+        futures = [self._conversation_pool.submit(self._conversation, problems[i % len(problems)], i, folder, cancel)
                    for i in range(self.candidates)]
         outcomes = [f.result() for f in futures]
         usage = self._usage_for(function)
@@ -283,6 +296,7 @@ class LLMKernelGenerator(KernelGenerator):
             return KernelGenerationResult(function=function, error=f"no correct kernel for {function}: {errors}",
                                           usage=usage, outcome=Outcome.HARNESS_ERROR if harness else None)
         best = max(correct, key=lambda o: o.speedup)
+        best_task = problems[best.index % len(problems)].task
         metadata = {
             "model": self.config.model,
             "attempts": usage["attempts"],
@@ -293,13 +307,14 @@ class LLMKernelGenerator(KernelGenerator):
             "conversation": best.index,
             "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
-        provider = GeneratedKernelProvider(function, best.best_code, language=self.language.name,
+        provider = GeneratedKernelProvider(function, best.best_code, language=best_task.language,
                                            signatures=samples, metadata=metadata)
         if not provider.prepare(samples):
             return KernelGenerationResult(function=function, error="the validated kernel could not be imported",
                                           usage=usage)
         if self.cache is not None:
-            self.cache.put(key, provider, {"sandbox_speedup": best.speedup, "model": self.config.model})
+            self.cache.put(self.cache_key_for(best_task), provider,
+                           {"sandbox_speedup": best.speedup, "model": self.config.model})
         return KernelGenerationResult(
             function=function, provider=provider, usage=usage,
             description=f"{provider.name}: {best.speedup:.2f}x in the sandbox after {usage['attempts']} turn(s)",
@@ -325,7 +340,8 @@ class LLMKernelGenerator(KernelGenerator):
 
     def _run_sandbox(self, code: str, task: KernelTask, samples: list[Sample], counts: list[int],
                      cancel: threading.Event) -> SandboxResult:
-        return self.sandbox.run(code, task.function, samples, counts=counts, cancel_event=cancel)
+        return self.sandbox.run(code, task.function, samples, counts=counts, cancel_event=cancel,
+                                language=task.language)
 
     def _performance(self, task: KernelTask, result: SandboxResult, samples: list[Sample]) -> Performance:
         from agent.roofline import estimate
@@ -384,7 +400,7 @@ class LLMKernelGenerator(KernelGenerator):
                     optimizing += 1
                 messages.append({"role": "assistant", "content": reply.text})
                 log.write_reply(outcome.turns - 1, reply.text)
-                extracted = None if reply.truncated else extract_code(reply.text)
+                extracted = None if reply.truncated else problem.language.extract_reply(reply.text)
                 if extracted is None:
                     status = "truncated" if reply.truncated else "no_code"
                     failure = Failure.of({"status": status, "reply": reply.text[-2000:],
@@ -509,6 +525,10 @@ class _FunctionProblem:
     def tag(self) -> str:
         return self.task.function
 
+    @property
+    def language(self) -> KernelLanguage:
+        return get_language(self.task.language)
+
     def system_prompt(self) -> str:
         return self.generator.renderer.system(self.task)
 
@@ -540,6 +560,10 @@ class _ModuleProblem:
     def tag(self) -> str:
         name = getattr(self.task, "name", None)
         return f"module:{name}" if name else "module"
+
+    @property
+    def language(self) -> KernelLanguage:
+        return get_language(self.task.language)
 
     def system_prompt(self) -> str:
         return self.generator.renderer.system(self.task)

@@ -29,6 +29,12 @@ __all__ = ["add_eval_parser", "build_source", "default_out_dir", "run_eval_comma
 _SOURCES = ("llm", "compile", "eager", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
 
 
+def _languages(text: str) -> tuple[str, ...]:
+    from agent.cli_support import parse_languages
+
+    return parse_languages(text)
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number >= `minimum`."""
 
@@ -135,6 +141,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="LLM turns per conversation before giving up (generator default when unset)")
     parser.add_argument("--optimize-rounds", type=_count, metavar="N",
                         help="LLM turns spent optimizing after the first correct kernel (generator default)")
+    parser.add_argument("--language", type=_languages, metavar="NAMES",
+                        help="kernel language(s) the LLM writes: triton (default), cuda, or triton,cuda")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.set_defaults(func=run_eval_command)
     return parser
@@ -169,7 +177,8 @@ def build_source(args: argparse.Namespace) -> Any:
     from evals.sources import source_from_name
 
     if args.source != "llm":
-        for flag in ("record", "replay", "model", "candidates", "attempts", "optimize_rounds", "generation_timeout"):
+        for flag in ("record", "replay", "model", "candidates", "attempts", "optimize_rounds", "generation_timeout",
+                     "language"):
             if getattr(args, flag, None) is not None:
                 raise ValueError(f"--{flag.replace('_', '-')} only applies to --source llm")
         return source_from_name(args.source)
@@ -193,6 +202,8 @@ def build_source(args: argparse.Namespace) -> Any:
                          "KFORGE_LLM_API_KEY), also when recording, or a cassette to replay (--replay CASSETTE)")
     options = {name: getattr(args, name) for name in ("candidates", "attempts", "optimize_rounds")
                if getattr(args, name) is not None}
+    if args.language is not None:
+        options["language"] = list(args.language)
     return source_from_name("llm", llm_config=config, generator_options=options,
                             generation_timeout_s=args.generation_timeout)
 

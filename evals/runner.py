@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import enum
 import json
 import logging
 import platform
@@ -100,9 +101,21 @@ def _status(record: dict[str, Any]) -> str:
     return f"{label} {failure_category(record.get('failure_reason'))}"
 
 
+def _jsonable(value: Any) -> Any:
+    """Settings as JSON: nested frozen dataclasses (e.g. the oracle's `ProbeSettings`) become dicts, enums values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
 def _run_settings(problems: list[Problem], source: EvalSource, samples: int, device: torch.device, backend: str,
                   shard: Any, kernel_utils: KernelUtils) -> dict[str, Any]:
-    utils = {f.name: getattr(kernel_utils, f.name) for f in dataclasses.fields(kernel_utils) if f.name != "tolerances"}
+    utils = {f.name: _jsonable(getattr(kernel_utils, f.name)) for f in dataclasses.fields(kernel_utils)
+             if f.name != "tolerances"}
     return {
         "source": source.name,
         "suites": sorted({p.suite for p in problems}),

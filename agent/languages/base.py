@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -18,9 +19,27 @@ from forge.source_files import import_source_file
 if TYPE_CHECKING:
     from forge.checking.launch_check import LaunchMonitor
 
-__all__ = ["ExceptionClass", "KernelLanguage"]
+__all__ = ["ExceptionClass", "KernelLanguage", "PromptFragments"]
 
 ExceptionClass = Literal["compile_error", "runtime_error"]
+
+
+@dataclass(frozen=True)
+class PromptFragments:
+    """What the prompt templates need from a language. `template_dir` holds the Jinja fragments the built-in
+    templates include as `lang/<name>` (`system_rules`, `rules`, `speed`, `example_intro`; each rendered with the
+    same variables as the template including it); `example_file` is shown verbatim as the example of a
+    function-problem file; `kernel_noun` names the language's kernels in the system prompt."""
+
+    display_name: str
+    kernel_noun: str
+    template_dir: Path
+    system_rules: str
+    rules: str
+    speed: str
+    example_intro: str
+    example_file: Path
+    reply_fence: str
 
 
 class KernelLanguage(ABC):
@@ -82,6 +101,11 @@ class KernelLanguage(ABC):
     def title(self) -> str:
         """The name shown in prompts and reports (`display_name`, else the capitalised `name`)."""
         return self.display_name or self.name.capitalize()
+
+    def prompt_fragments(self) -> PromptFragments:
+        """The language's prompt fragments and example file (see `PromptFragments`)."""
+        raise NotImplementedError(f"kernel language {self.name!r} has no prompt fragments; the agent cannot ask for "
+                                  "it (implement KernelLanguage.prompt_fragments)")
 
     def extract_reply(self, text: str) -> Any:
         """The candidate file in an LLM reply (`agent.replies.ExtractedCode`), or None when there is none."""

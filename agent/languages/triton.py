@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.languages.base import ExceptionClass, KernelLanguage
-from agent.languages.triton_hooks import install_triton_hooks
+from agent.languages.base import ExceptionClass, KernelLanguage, PromptFragments
+from agent.languages.triton_hooks import install_interpreter_autotune, install_triton_hooks, interpreting
 from agent.languages.triton_launch import install_cached_launchers, launch_cache_enabled
 from agent.screening import policy
 from agent.screening.python_ast import PythonRules, analyse_python
@@ -165,9 +165,10 @@ class TritonLanguage(KernelLanguage):
     def load(self, path: str | Path, module_name: str) -> Callable:
         """Import as the base class does, then give the module's `@triton.jit` kernels cached launchers
         (`agent.languages.triton_launch`: a repeated launch skips the JIT's argument binding; off when
-        `$KFORGE_TRITON_LAUNCH_CACHE=0`). The harness's Triton hooks (launch counting, one autotune config on the
-        interpreter) are installed before the import."""
-        install_triton_hooks()
+        `$KFORGE_TRITON_LAUNCH_CACHE=0`). On the interpreter, autotuners run their first config (installed before
+        the import; `agent.languages.triton_hooks`)."""
+        if interpreting():
+            install_interpreter_autotune()
         entry = super().load(path, module_name)
         if launch_cache_enabled():
             install_cached_launchers(sys.modules[module_name])
@@ -192,8 +193,9 @@ class TritonLanguage(KernelLanguage):
         """Counts launches of `@triton.jit` kernels (also autotuned, heuristics, compiled, cached and interpreted
         ones; `agent.languages.triton_hooks`) and records the ATen ops the candidate's own code runs; ops made by
         Triton's runtime (the interpreter's argument copies, an autotuner's timing) or the harness are not the
-        candidate's. The candidate runs in the same process, so a kernel could tamper with this; the static screen
-        forbids the constructs needed."""
+        candidate's. Installs the launch-counting hooks (call it before loading the candidate; cached launchers made
+        earlier are re-bound). The candidate runs in the same process, so a kernel could tamper with this; the static
+        screen forbids the constructs needed."""
         install_triton_hooks()
         return LaunchMonitor(self.name, ignored_roots=_runtime_roots())
 
@@ -216,6 +218,18 @@ class TritonLanguage(KernelLanguage):
                 return "compile_error"
             current = current.__cause__ or current.__context__
         return "runtime_error"
+
+    def prompt_fragments(self) -> PromptFragments:
+        """Triton's fragments ship with the built-in prompts (`prompts/triton/`); its example is
+        `agent/examples/triton_example.py`."""
+        from agent.examples import EXAMPLES_DIR
+        from prompts import PROMPTS_DIR
+
+        return PromptFragments(
+            display_name=self.title, kernel_noun="`@triton.jit`", template_dir=Path(PROMPTS_DIR) / "triton",
+            system_rules="system_rules.j2", rules="rules.j2", speed="speed.j2", example_intro="example_intro.j2",
+            example_file=Path(EXAMPLES_DIR) / "triton_example.py", reply_fence="python",
+        )
 
     def toolchain_key(self) -> str:
         return f"triton {_triton_version()}"

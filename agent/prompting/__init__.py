@@ -9,13 +9,12 @@
 
 from agent.prompting.context import describe_value, kernel_task_context, module_task_context
 from agent.prompting.renderer import EXAMPLES_DIR, PROMPT_FORMAT_VERSION, PromptRenderer, PromptTemplateError, fenced
-from agent.prompting.task import SUPPORTED_LANGUAGES, KernelTask, ModuleTask, SampleEntry
+from agent.prompting.task import KernelTask, ModuleTask, SampleEntry
 from agent.prompting.views import Failure, Performance, ViolationView, excerpt, format_time_ms, worst_mismatches
 
 __all__ = [
     "EXAMPLES_DIR",
     "PROMPT_FORMAT_VERSION",
-    "SUPPORTED_LANGUAGES",
     "Failure",
     "KernelTask",
     "ModuleTask",

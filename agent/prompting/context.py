@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from agent.languages import get_language
 from agent.prompting.task import KernelTask, ModuleTask
 from agent.roofline import RooflineEstimate, SampleRoofline, estimate
 from agent.semantics import entry_signature, parameter_names, semantics_summary, signature_text
@@ -165,7 +166,7 @@ def kernel_task_context(task: KernelTask) -> dict[str, Any]:
         "entry_signature": entry_signature(task.function),
         "semantics": semantics_summary(task.function),
         "language": task.language,
-        "language_name": task.language.capitalize(),
+        "language_name": get_language(task.language).title,
         "n_signatures": len(signatures),
         "has_fp32": any(s.dtype == torch.float32 for s in specs),
         "has_half": any(s.dtype in (torch.float16, torch.bfloat16) for s in specs),
@@ -192,7 +193,7 @@ def module_task_context(task: ModuleTask) -> dict[str, Any]:
         "init_inputs": init_inputs,
         "dtype": dtype_name(task.dtype) if task.dtype is not None else None,
         "language": task.language,
-        "language_name": task.language.capitalize(),
+        "language_name": get_language(task.language).title,
         "has_fp32": any(s.dtype == torch.float32 for s in specs) or task.dtype == torch.float32,
         "has_half": any(s.dtype in (torch.float16, torch.bfloat16) for s in specs)
         or task.dtype in (torch.float16, torch.bfloat16),

@@ -2,8 +2,11 @@
 
 Templates come from `prompts/` (the package); a user folder given as `prompts_dir` replaces any template (or the
 example files `triton_example.py`, `module_example.py`, `module_example_reference.py`) with a file of the same
-name and falls back to the built-ins for the rest. Rendering is strict (`StrictUndefined`): a template that uses a
-variable the renderer does not provide fails with an error naming the template file and line.
+name and falls back to the built-ins for the rest. Language-specific text lives with each language
+(`KernelLanguage.prompt_fragments()`: Triton's in `prompts/triton/`, CUDA's in `agent/languages/cuda/prompts/`):
+the built-in templates include it as `lang/<fragment>.j2`, and an override folder may replace it in a subfolder
+named after the language (`<prompts_dir>/cuda/rules.j2`). Rendering is strict (`StrictUndefined`): a template
+that uses a variable the renderer does not provide fails with an error naming the template file and line.
 `template_hash()` is a stable sha256 over every template and example actually in use, for kernel-cache keys.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 import jinja2
 
 from agent.examples import EXAMPLES_DIR
+from agent.languages import get_language
 from agent.prompting.context import kernel_task_context, module_task_context
 from agent.prompting.task import KernelTask, ModuleTask
 from agent.prompting.views import Failure, Performance
@@ -31,6 +35,7 @@ logger = logging.getLogger(__name__)
 # Bump when the Python side changes what the templates receive (part of template_hash).
 PROMPT_FORMAT_VERSION = "1"
 EXAMPLE_FILES = ("triton_example.py", "module_example.py", "module_example_reference.py")
+DEFAULT_LANGUAGE = "triton"
 TEMPLATE_SUFFIX = ".j2"
 
 
@@ -76,63 +81,88 @@ class PromptRenderer:
                 f"prompt override folder {self.prompts_dir} does not exist; pass a folder holding *.j2 templates "
                 "named like the built-ins (system.j2, generate.j2, fix.j2, optimize.j2, ...) or None"
             )
+        self._envs: dict[str, jinja2.Environment] = {}
+        self.env = self._environment(DEFAULT_LANGUAGE)
+        if self.prompts_dir is not None:
+            overrides = sorted(p.name for p in self.prompts_dir.iterdir() if p.is_file())
+            logger.debug("prompt overrides from %s: %s", self.prompts_dir, overrides)
+
+    def _environment(self, language: str) -> jinja2.Environment:
+        """The Jinja environment for one kernel language: templates from the override folder, then the built-ins;
+        `lang/<name>` resolves to `<override folder>/<language>/<name>`, then the language's own fragment folder."""
+        env = self._envs.get(language)
+        if env is not None:
+            return env
+        fragments = get_language(language).prompt_fragments()
         search = [str(self.prompts_dir)] if self.prompts_dir is not None else []
         search.append(str(self.builtin_dir))
-        self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(search),
+        language_dirs = [str(self.prompts_dir / language)] if self.prompts_dir is not None else []
+        language_dirs.append(str(fragments.template_dir))
+        env = jinja2.Environment(
+            loader=jinja2.ChoiceLoader([
+                jinja2.PrefixLoader({"lang": jinja2.FileSystemLoader(language_dirs)}),
+                jinja2.FileSystemLoader(search),
+            ]),
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
             keep_trailing_newline=True,
             autoescape=False,
         )
-        self.env.filters["fenced"] = fenced
-        if self.prompts_dir is not None:
-            overrides = sorted(p.name for p in self.prompts_dir.iterdir() if p.is_file())
-            logger.debug("prompt overrides from %s: %s", self.prompts_dir, overrides)
+        env.filters["fenced"] = fenced
+        env.globals["kernel_noun"] = fragments.kernel_noun
+        self._envs[language] = env
+        return env
 
     # -- files --------------------------------------------------------------------------------------------
-    def template_names(self) -> list[str]:
-        """Every template name available (built-ins and overrides), sorted."""
-        return sorted(n for n in self.env.list_templates() if n.endswith(TEMPLATE_SUFFIX))
+    def template_names(self, language: str = DEFAULT_LANGUAGE) -> list[str]:
+        """Every template name available for `language` (built-ins, overrides and its `lang/` fragments), sorted."""
+        return sorted(n for n in self._environment(language).list_templates() if n.endswith(TEMPLATE_SUFFIX))
 
-    def template_path(self, name: str) -> Path:
+    def template_path(self, name: str, language: str = DEFAULT_LANGUAGE) -> Path:
         """The file a template name resolves to (the override if there is one)."""
+        source = self._environment(language).loader.get_source(self._environment(language), name) \
+            if name in self.template_names(language) else None
+        if source is None or source[1] is None:
+            raise PromptTemplateError(f"no prompt template named {name!r} (known: "
+                                      f"{', '.join(self.template_names(language))})")
+        return Path(source[1])
+
+    def example_path(self, name: str, language: str = DEFAULT_LANGUAGE) -> Path:
+        """The example file in use: an override of the same name in `prompts_dir`, else the language's example (for
+        its own example's name) or agent/examples/<name>."""
         if self.prompts_dir is not None and (self.prompts_dir / name).is_file():
             return self.prompts_dir / name
-        path = self.builtin_dir / name
-        if not path.is_file():
-            raise PromptTemplateError(f"no prompt template named {name!r} (known: {', '.join(self.template_names())})")
-        return path
+        own = get_language(language).prompt_fragments().example_file
+        return own if own.name == name else EXAMPLES_DIR / name
 
-    def example_path(self, name: str) -> Path:
-        """The example file in use: an override of the same name in `prompts_dir`, else agent/examples/<name>."""
-        if self.prompts_dir is not None and (self.prompts_dir / name).is_file():
-            return self.prompts_dir / name
-        return EXAMPLES_DIR / name
-
-    def example(self, name: str) -> dict[str, str]:
-        path = self.example_path(name)
+    def example(self, name: str, language: str = DEFAULT_LANGUAGE) -> dict[str, str]:
+        path = self.example_path(name, language)
         return {"name": name, "code": path.read_text(encoding="utf-8").rstrip() + "\n"}
 
-    def template_hash(self) -> str:
-        """sha256 over the prompt format version, every template in use and the example files (stable)."""
+    def template_hash(self, language: str = DEFAULT_LANGUAGE) -> str:
+        """sha256 over the prompt format version, every template in use for `language` (its fragments included)
+        and the example files (stable)."""
         digest = hashlib.sha256(f"kernel-forge prompts v{PROMPT_FORMAT_VERSION}\0".encode())
-        for name in self.template_names():
+        for name in self.template_names(language):
             digest.update(f"template {name}\0".encode())
-            digest.update(self.template_path(name).read_bytes())
+            digest.update(self.template_path(name, language).read_bytes())
             digest.update(b"\0")
-        for name in EXAMPLE_FILES:
+        examples = (get_language(language).prompt_fragments().example_file.name, *EXAMPLE_FILES[1:])
+        for name in examples:
             digest.update(f"example {name}\0".encode())
-            digest.update(self.example_path(name).read_bytes())
+            digest.update(self.example_path(name, language).read_bytes())
             digest.update(b"\0")
         return digest.hexdigest()
 
     # -- rendering ----------------------------------------------------------------------------------------
     def render(self, template_name: str, **context: Any) -> str:
-        """Render one template with `context`; errors name the template file (and line) at fault."""
+        """Render one template with `context` (its `task["language"]` picks the language's fragments, Triton by
+        default); errors name the template file (and line) at fault."""
+        task = context.get("task")
+        language = task.get("language", DEFAULT_LANGUAGE) if isinstance(task, dict) else DEFAULT_LANGUAGE
         try:
-            template = self.env.get_template(template_name)
+            template = self._environment(language).get_template(template_name)
             return _tidy(template.render(**context))
         except jinja2.TemplateSyntaxError as exc:
             where = f"{exc.filename or exc.name}:{exc.lineno}"
@@ -155,7 +185,8 @@ class PromptRenderer:
     def _function_context(self, task: KernelTask) -> dict[str, Any]:
         if not isinstance(task, KernelTask):
             raise TypeError(f"expected a KernelTask, got {type(task).__name__}; use generate_module for ModuleTask")
-        return {**kernel_task_context(task), "example": self.example("triton_example.py")}
+        example = get_language(task.language).prompt_fragments().example_file.name
+        return {**kernel_task_context(task), "example": self.example(example, task.language)}
 
     def _module_context(self, task: ModuleTask) -> dict[str, Any]:
         if not isinstance(task, ModuleTask):

@@ -17,13 +17,12 @@ from typing import Any
 
 import torch
 
+from agent.languages import language_names
 from agent.roofline import device_description, samples_device
 from forge.functional import original_function
 from forge.samples import Sample, TensorSpec, map_values, sample_to_json, spec_sample, value_to_json
 
-__all__ = ["KernelTask", "ModuleTask", "SampleEntry", "SUPPORTED_LANGUAGES"]
-
-SUPPORTED_LANGUAGES = ("triton",)
+__all__ = ["KernelTask", "ModuleTask", "SampleEntry"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,10 +64,10 @@ def _entry(item: Any) -> SampleEntry:
 
 
 def _check_language(language: str) -> None:
-    if language not in SUPPORTED_LANGUAGES:
-        raise ValueError(
-            f"unsupported kernel language {language!r}; the prompts are written for: {', '.join(SUPPORTED_LANGUAGES)}"
-        )
+    """A registered `agent.languages` language (each brings its own prompt fragments)."""
+    if language not in language_names():
+        raise ValueError(f"unsupported kernel language {language!r}; registered languages: "
+                         f"{', '.join(language_names())}")
 
 
 def _check_capability(capability: Any) -> tuple[int, int] | None:

@@ -261,6 +261,10 @@ class LLMSource(EvalSource):
                                                  "(no generate_module)"))
         from agent.prompting import ModuleTask
 
+        languages = [language.name for language in getattr(generator, "languages", ())]
+        if languages and "triton" not in languages:
+            return Candidate.failed(failure_text("unsupported", f"KernelBench module problems are written in Triton; "
+                                                 f"--language {','.join(languages)} covers function problems only"))
         task = ModuleTask.from_source(problem.source, name=problem.name or "Model", device=device)
 
         def evaluate(source: str) -> Any:

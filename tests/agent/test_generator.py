@@ -145,6 +145,19 @@ def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
         LLMKernelGenerator(LLMConfig(model="m", base_url="http://x"), functions=["not_a_function"])
 
 
+def test_a_generator_holds_several_languages_and_uses_those_that_fit_the_device(tmp_path) -> None:
+    """CUDA C++ kernels need a CUDA device: on CPU samples a CUDA-only generator declines, a Triton + CUDA one
+    writes Triton only (each conversation would otherwise alternate languages)."""
+    config = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path)
+    both = LLMKernelGenerator(config, functions=["silu"], language=["triton", "cuda"])
+    assert [language.name for language in both.languages] == ["triton", "cuda"]
+    assert both.prepare("silu", _silu_samples())
+    assert [language.name for language in both._usable_languages(_silu_samples())] == ["triton"]
+    assert not LLMKernelGenerator(config, functions=["silu"], language="cuda").prepare("silu", _silu_samples())
+    with pytest.raises(ValueError, match="unknown kernel language"):
+        LLMKernelGenerator(config, language=["triton", "fortran"])
+
+
 def test_prepare_refuses_before_any_llm_call_when_the_sandbox_boundary_is_missing(tmp_path, monkeypatch) -> None:
     """Without the boundary (and no opt-out) the generator refuses in `prepare`, so no conversation is paid for."""
     import agent.sandbox.pool as pool_module

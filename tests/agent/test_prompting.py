@@ -94,8 +94,8 @@ def test_task_rejects_bad_input():
         KernelTask("relu", [])
     with pytest.raises(ValueError, match="time_share"):
         KernelTask("relu", [(1, s, 30.0)])
-    with pytest.raises(ValueError, match="unsupported kernel language"):
-        KernelTask("relu", [s], language="cuda")
+    with pytest.raises(ValueError, match="unsupported kernel language 'fortran'; registered languages: cuda, triton"):
+        KernelTask("relu", [s], language="fortran")
     with pytest.raises(ValueError, match="one per sample"):
         KernelTask.from_samples("relu", [s], time_shares=[0.5, 0.5])
     with pytest.raises(TypeError, match="Sample"):
@@ -568,3 +568,22 @@ def test_a_harness_error_is_its_own_kind_and_not_the_kernels_fault():
     view = Failure.of({"status": "harness_error", "message": "harness error: the reference ran out of memory"})
     assert view.kind == "harness" and not view.blames_candidate and "not a fault of your kernel" in view.headline
     assert Failure.of({"status": "crash"}).blames_candidate
+
+
+def test_each_language_brings_its_own_prompt_fragments(tmp_path):
+    """The built-in templates include the language's rules, system rules, speed notes and example; Triton's and
+    CUDA's prompts differ exactly there, and an override folder can replace one language's fragment."""
+    s = Sample((torch.randn(4, 8),), {})
+    triton, cuda = (KernelTask.from_samples("silu", [s], language=name) for name in ("triton", "cuda"))
+    renderer = PromptRenderer()
+    assert "`@triton.jit`" in renderer.system(triton) and "CUDA_SRC" not in renderer.generate(triton)
+    system, generate = renderer.system(cuda), renderer.generate(cuda)
+    assert system.startswith("You write CUDA C++ kernels") is False and "You write CUDA C++ kernels" in system
+    assert "@triton.jit" not in system + generate and "kernels = load_cuda(CUDA_SRC)" in generate
+    assert renderer.template_hash("cuda") != renderer.template_hash("triton")
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "rules.j2").write_text("1. **Only rule.** Write CUDA.\n")
+    overridden = PromptRenderer(tmp_path)
+    assert "1. **Only rule.** Write CUDA." in overridden.generate(cuda)
+    assert "1. **Only rule.**" not in overridden.generate(triton)
+    assert overridden.template_hash("cuda") != renderer.template_hash("cuda")

@@ -30,6 +30,7 @@ def test_eval_arguments_parse_with_defaults() -> None:
 @pytest.mark.parametrize("argv", [
     ["--source", "triton"], ["--samples", "0"], ["--shard", "4/4"], ["--shard", "x"], ["--workers", "-1"],
     ["--record", "a.jsonl", "--replay", "b.jsonl"], ["--backend", "slurm"], ["--timeout", "0"],
+    ["--language", "fortran"], ["--language", ","],
 ])
 def test_bad_eval_arguments_are_refused(argv, capsys) -> None:
     with pytest.raises(SystemExit):
@@ -40,6 +41,9 @@ def test_bad_eval_arguments_are_refused(argv, capsys) -> None:
 def test_llm_only_flags_are_refused_for_static_sources() -> None:
     with pytest.raises(ValueError, match="--replay only applies to --source llm"):
         build_source(_parse("smoke", "--source", "compile", "--replay", "x.jsonl"))
+    with pytest.raises(ValueError, match="--language only applies to --source llm"):
+        build_source(_parse("smoke", "--source", "compile", "--language", "cuda"))
+    assert _parse("smoke", "--language", "Triton,cuda,triton").language == ("triton", "cuda")
     with pytest.raises(ValueError, match="no such cassette"):
         build_source(_parse("smoke", "--replay", "/nonexistent/cassette.jsonl"))
 

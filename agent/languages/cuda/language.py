@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from agent.languages.base import ExceptionClass, KernelLanguage
+from agent.languages.base import ExceptionClass, KernelLanguage, PromptFragments
 from agent.languages.cuda.build import Build, BuildPool, build_cubin, default_cache_dir
 from agent.languages.cuda.diagnostics import CudaCompileError, format_diagnostics
 from agent.languages.cuda.screening import screen_cuda_file
@@ -24,25 +23,9 @@ from agent.languages.cuda.source import CUDA_SOURCE_NAME, extract_cuda_source
 from agent.languages.cuda.toolchain import TOOLCHAIN_ENV, Toolchain, default_backend, toolchain
 from agent.screening.violation import Violation
 
-__all__ = ["CudaLanguage", "PromptFragments"]
+__all__ = ["CudaLanguage"]
 
 PACKAGE_DIR = Path(__file__).parent
-
-
-@dataclass(frozen=True)
-class PromptFragments:
-    """What the prompt templates need from a language. `template_dir` holds the Jinja fragments named below (each
-    rendered with the same variables as the built-in templates); `example_file` is shown verbatim."""
-
-    display_name: str
-    kernel_noun: str
-    template_dir: Path
-    system_rules: str
-    rules: str
-    speed: str
-    example_intro: str
-    example_file: Path
-    reply_fence: str
 
 
 class CudaLanguage(KernelLanguage):
@@ -60,7 +43,7 @@ class CudaLanguage(KernelLanguage):
         folder = PACKAGE_DIR / "prompts"
         return PromptFragments(
             display_name=self.display_name,
-            kernel_noun='`extern "C" __global__` CUDA kernels',
+            kernel_noun='`extern "C" __global__`',
             template_dir=folder,
             system_rules="system_rules.j2",
             rules="rules.j2",
