@@ -44,6 +44,7 @@ from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils
 from forge.checking.benchmarking import NotCapturableError, samples_device
+from forge.checking.integrity import Snapshot
 from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
@@ -479,10 +480,12 @@ class KernelOptimizer:
                 progress("%s: benchmarking PyTorch and %d candidate(s) (%s time)", name, len(search.candidates),
                          utils.timing.value)
                 first = utils.benchmark(search.reference, search.benchmark_samples)
+                judge = Snapshot.take()  # F and the references too: a candidate patching them is rejected (issue 10)
                 timed: list[_Candidate] = []
                 for c in search.candidates:
                     try:
                         c.result = utils.benchmark(CandidateCall(c.provider), search.benchmark_samples)
+                        judge.check(f"while timing {c.provider.name}")
                     except NotCapturableError as exc:
                         logger.warning("%s cannot run under CUDA graphs: %s", c.description, exc)
                         self._row(name, c.provider.name, c.source, ReportStatus.NOT_CAPTURABLE, error=str(exc))

@@ -38,6 +38,7 @@ import torch
 __all__ = [
     "Sample",
     "TensorSpec",
+    "Widening",
     "clone_tensor",
     "clone_value",
     "draw_sample",
@@ -104,6 +105,33 @@ def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
             return False
         expected *= size
     return True
+
+
+@dataclass(frozen=True)
+class Widening:
+    """A wider draw than the captured distribution (issue 10): floating tensors are drawn with
+    `max(spread * std, min_std)` around the captured mean, and a random `outlier_fraction` of elements is moved
+    `outlier_scale` times further from the mean (large activations); values stay within
+    `min(finfo.max / 64, sqrt(finfo.max))`, so their squares stay finite (fp16: |x| <= 255).
+
+    Why: fresh inputs drawn with the captured mean and spread let degenerate kernels pass wherever the captured data
+    is degenerate (an all-zero gelu on bf16 activations of spread 4e-3, a constant softmax on logits of spread
+    1e-4). `min_std` = 1 makes logits non-flat and activations unit-sized whatever was captured; the outliers put
+    several orders of magnitude into one reduction (what breaks low-precision accumulation). Integer and bool tensors
+    are drawn as before (indices stay valid)."""
+
+    spread: float = 4.0
+    min_std: float = 1.0
+    outlier_fraction: float = 1 / 64
+    outlier_scale: float = 8.0
+
+    def __post_init__(self) -> None:
+        for name in ("spread", "min_std", "outlier_fraction", "outlier_scale"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"Widening.{name} must be a finite number >= 0, got {value!r}")
+        if self.outlier_fraction > 1:
+            raise ValueError(f"Widening.outlier_fraction must be <= 1, got {self.outlier_fraction}")
 
 
 @dataclass(frozen=True)
@@ -209,12 +237,17 @@ class TensorSpec:
 
     # -- drawing ------------------------------------------------------------------------------------------
     def draw(
-        self, generator: torch.Generator | None = None, *, device: str | torch.device | None = None
+        self,
+        generator: torch.Generator | None = None,
+        *,
+        device: str | torch.device | None = None,
+        widen: Widening | None = None,
     ) -> torch.Tensor:
         """A fresh random tensor with this spec's shape, dtype, strides and storage offset.
 
         Values are drawn on the CPU with `generator` (so a seed gives the same tensor on any device), then
-        moved to `device` (default: the spec's device).
+        moved to `device` (default: the spec's device). `widen`: draw floating values wider than the captured
+        distribution (see `Widening`).
         """
         target = torch.device(device if device is not None else self.device)
         size = max(self.storage_size(), 1)
@@ -224,7 +257,10 @@ class TensorSpec:
         elif self.dtype.is_floating_point:
             mean = self.mean if self.mean is not None and math.isfinite(self.mean) else 0.0
             std = self.std if self.std is not None and math.isfinite(self.std) and self.std > 1e-12 else 1.0
-            flat = (torch.randn((size,), generator=generator, dtype=torch.float32) * std + mean).to(self.dtype)
+            if widen is None:
+                flat = (torch.randn((size,), generator=generator, dtype=torch.float32) * std + mean).to(self.dtype)
+            else:
+                flat = _wide_values(size, mean, std, self.dtype, widen, generator)
         elif self.dtype.is_complex:
             flat = torch.randn((size,), generator=generator, dtype=self.dtype)
         else:
@@ -424,17 +460,34 @@ def spec_sample(sample: Sample, *, with_stats: bool = True) -> Sample:
     return Sample(map_values(tuple(sample.args), fn), map_values(dict(sample.kwargs), fn))
 
 
-def draw_sample(sample: Sample, generator: torch.Generator | None = None, *, device: Any = None) -> Sample:
-    """A fresh call with every tensor (or `TensorSpec`) replaced by a random tensor of the same spec."""
+def draw_sample(
+    sample: Sample, generator: torch.Generator | None = None, *, device: Any = None, widen: Widening | None = None
+) -> Sample:
+    """A fresh call with every tensor (or `TensorSpec`) replaced by a random tensor of the same spec (drawn wider
+    than the captured values with `widen`, see `Widening`)."""
 
     def fn(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            return TensorSpec.of(value).draw(generator, device=device)
+            return TensorSpec.of(value).draw(generator, device=device, widen=widen)
         if isinstance(value, TensorSpec):
-            return value.draw(generator, device=device)
+            return value.draw(generator, device=device, widen=widen)
         return value
 
     return Sample(map_values(tuple(sample.args), fn), map_values(dict(sample.kwargs), fn))
+
+
+def _wide_values(
+    size: int, mean: float, std: float, dtype: torch.dtype, widen: Widening, generator: torch.Generator | None
+) -> torch.Tensor:
+    """`size` floating values drawn per `widen` (see `Widening`), in float64 then cast to `dtype`."""
+    wide_std = max(std * widen.spread, widen.min_std)
+    deviation = torch.randn((size,), generator=generator, dtype=torch.float64) * wide_std
+    if widen.outlier_fraction > 0 and widen.outlier_scale != 1:
+        outliers = torch.rand((size,), generator=generator, dtype=torch.float64) < widen.outlier_fraction
+        deviation = torch.where(outliers, deviation * widen.outlier_scale, deviation)
+    largest = float(torch.finfo(dtype).max)
+    limit = min(largest / 64, math.sqrt(largest))  # squares stay finite (fp16: |x| <= 255)
+    return (deviation + mean).clamp(-limit, limit).to(dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -27,6 +27,12 @@ streams is counted: a pass takes `max(current-stream time, all-streams time - ca
 `time.perf_counter` around each pass. Everything runs under `torch.no_grad()`. Results keep every pass's time, so
 `is_faster_than` can test the difference (Mann-Whitney U) rather than eyeball quartiles. Timed passes continue until at
 least `rounds` ran and `min_run_time_s` of wall time was spent in the timing loop (at most 10,000 passes).
+
+Integrity (issue 10: a kernel replaced `time.perf_counter` and `torch.cuda.Event.elapsed_time` and was selected at
+1,600x): `benchmark` checks `forge.checking.integrity`'s import-time snapshot (taken before any candidate code is
+imported) before and after timing, and the clocks and CUDA events after every timed pass (outside the timed region;
+~30 identities); a change raises `IntegrityError` naming what changed, after putting the originals back, so the
+benchmark never returns a number measured with a patched clock or a patched `torch.Tensor`.
 """
 
 from __future__ import annotations
@@ -39,11 +45,13 @@ from typing import Any
 
 import torch
 
+from forge.checking import integrity
 from forge.checking.inputs import as_sample, materialise
+from forge.checking.integrity import Group, IntegrityError
 from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample, clone_value, iter_tensors
 
-__all__ = ["BenchmarkResult", "NotCapturableError", "benchmark", "samples_device"]
+__all__ = ["BenchmarkResult", "IntegrityError", "NotCapturableError", "benchmark", "samples_device"]
 
 _SMALL_INPUT_BYTES = 64 << 20
 _L2_FLUSH_BYTES = 256 << 20
@@ -352,6 +360,7 @@ def benchmark(
             f"need warmup >= 0, rounds >= 1 and min_run_time_s >= 0 (got {warmup}, {rounds}, {min_run_time_s})"
         )
     timing = parse_timing_mode(mode)
+    integrity.verify_baseline("before timing")
     materialised = _materialise(samples)
     if not materialised:
         raise ValueError("benchmark needs at least one sample")
@@ -371,6 +380,7 @@ def benchmark(
                     times = _timing_loop(fn, source, timer.time_pass, warmup, rounds, min_run_time_s, device)
         else:
             times = _timing_loop(fn, source, _time_cpu_pass, warmup, rounds, min_run_time_s, device)
+    integrity.verify_baseline("after timing")
     return summarize(times, str(device), timing)
 
 
@@ -403,8 +413,10 @@ def _timing_loop(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times: list[float] = []
+    clocks = integrity.baseline().restricted({Group.TIMERS, Group.CUDA})
     loop_start = time.perf_counter()
     while len(times) < rounds or (time.perf_counter() - loop_start < min_run_time_s and len(times) < _MAX_ROUNDS):
         inputs = source.next()
         times.append(time_pass(fn, inputs))
+        clocks.check("during timing")
     return times

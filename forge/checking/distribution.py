@@ -1,9 +1,12 @@
-"""`benchmark_distribution`: how many times each unique sample appears in one benchmark pass.
+"""The distributions the harness draws from: `benchmark_distribution` (how many times each unique sample appears in
+one benchmark pass) and `wide_sample` (fresh inputs wider than the captured ones, for the oracle's probes).
 
-Counts are divided by their GCD (the seed's rule: counts 300/100 become 3/1), each sample repeated that many times
-in first-seen order. Unlike the seed, the pass is capped: when the reduced total exceeds `max_calls` (coprime counts
-such as 1000/999 would give 1999 calls per pass), counts are scaled proportionally, each unique sample keeping at
-least one call.
+`wide_sample` (issue 10): fresh inputs drawn with the captured mean and spread are as degenerate as the captured
+data, so an all-zero gelu on small bf16 activations and a constant 1/N softmax on flat logits passed every fresh
+draw. A wide draw (`forge.samples.Widening`: 4x the captured spread, at least unit spread, 1/64 of the elements 8x
+further out) makes such outputs fail whatever the floors: measured on the issue's shapes (bf16 gelu of spread 4e-3,
+fp32 softmax of spread 1e-4), the zero gelu's median error is 9x its allowance on the wide draw (23x on the captured
+draw with the scale-relative floor of `forge.checking.tolerance`), the constant softmax's ~17,000x (3x captured).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import logging
 import math
 from collections.abc import Sequence
 
-from forge.samples import Sample
+import torch
 
-__all__ = ["benchmark_distribution"]
+from forge.samples import Sample, Widening, draw_sample
+
+__all__ = ["benchmark_distribution", "wide_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,3 +51,8 @@ def benchmark_distribution(counted: Sequence[tuple[int, Sample]], max_calls: int
         )
         reduced = scaled
     return [sample for count, (_, sample) in zip(reduced, pairs, strict=True) for _ in range(count)]
+
+
+def wide_sample(sample: Sample, generator: torch.Generator, widening: Widening | None = None) -> Sample:
+    """A fresh call like `sample` (tensors or `TensorSpec`s) with floating tensors drawn wider than captured."""
+    return draw_sample(sample, generator, widen=widening if widening is not None else Widening())

@@ -2,23 +2,39 @@
 
 Callers configure it (`KernelUtils(fresh_inputs_per_sample=4)`, `dataclasses.replace(...)`) or subclass it to
 change the checks; the optimizer and the LLM sandbox both go through it.
+
+`KernelUtils.validate` is `forge.checking.validate` plus the defences of issue 10 that need no change to it:
+1. integrity: a judge patched before this candidate ran (by code imported earlier) is restored, not charged; a change
+   made while this candidate is validated or probed (`torch.Tensor` methods, timers, `torch.nn.functional`, the
+   oracle's references, the harness's own functions, mode stacks: `forge.checking.integrity`) is an issue of the
+   `integrity` probe and the originals are put back;
+2. once `validate` passes, `forge.checking.probes` (randomised extra calls, wide inputs, in-place updates, input
+   dependence, offset views, quiescence), each issue naming its probe in `ValidationIssue.run`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from forge.checking import integrity
 from forge.checking.benchmarking import BenchmarkResult, benchmark
 from forge.checking.distribution import benchmark_distribution
+from forge.checking.integrity import Snapshot
+from forge.checking.probes import Probe, ProbeSettings, run_probes
+from forge.checking.tolerance import resolve_tolerances
 from forge.checking.validation import validate
 from forge.execution import TimingMode, parse_timing_mode
+from forge.outcome import CandidateCall, Outcome, ValidationIssue
 from forge.samples import Sample
 
 __all__ = ["KernelUtils"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,7 @@ class KernelUtils:
     flush_l2: bool = True
     max_benchmark_calls: int = 64
     timing: TimingMode = TimingMode.EAGER
+    probes: ProbeSettings = field(default_factory=ProbeSettings)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timing", parse_timing_mode(self.timing))
@@ -46,17 +63,35 @@ class KernelUtils:
     def validate(
         self, reference_fn: Callable[..., Any], candidate: Callable[..., Any], samples: Sequence[Sample]
     ) -> list[str]:
-        """Errors of `candidate` against `reference_fn` on `samples` (empty list = correct)."""
-        return validate(
-            reference_fn,
-            candidate,
-            samples,
-            fresh_inputs_per_sample=self.fresh_inputs_per_sample,
-            seed=self.seed,
-            tolerances=self.tolerances,
-            error_factor=self.error_factor,
-            require_deterministic=self.require_deterministic,
-        )
+        """Errors of `candidate` against `reference_fn` on `samples` (empty list = correct): `validate`, then the
+        probes, with the judge's integrity checked around both (see the module docstring)."""
+        stale = integrity.baseline().changes()
+        if stale:  # changed before this candidate ran: put back, not charged to it
+            logger.warning("restoring what was patched before this validation: %s",
+                           ", ".join(c.describe() for c in stale))
+            integrity.baseline().restore()
+        before = Snapshot.take()
+        try:
+            errors = list(validate(
+                reference_fn,
+                candidate,
+                samples,
+                fresh_inputs_per_sample=self.fresh_inputs_per_sample,
+                seed=self.seed,
+                tolerances=self.tolerances,
+                error_factor=self.error_factor,
+                require_deterministic=self.require_deterministic,
+            ))
+            tampered = _integrity_issues(before, "during validation")
+            if errors or tampered:
+                return tampered + errors
+            errors = run_probes(reference_fn, CandidateCall(candidate), samples,
+                                table=resolve_tolerances(self.tolerances), error_factor=self.error_factor,
+                                settings=self.probes, seed=self.seed)
+            return _integrity_issues(before, "during the probes") + errors
+        except BaseException:  # a harness failure still leaves the judge as it was
+            before.restore()
+            raise
 
     def benchmark(self, fn: Callable[..., Any], samples: Sequence[Sample]) -> BenchmarkResult:
         """Per-pass timing of `fn` over `samples` (one pass calls `fn` on each sample in order)."""
@@ -73,3 +108,16 @@ class KernelUtils:
     def benchmark_distribution(self, counted: Sequence[tuple[int, Sample]]) -> list[Sample]:
         """One benchmark pass from `(count, sample)` pairs, capped at `max_benchmark_calls`."""
         return benchmark_distribution(counted, self.max_benchmark_calls)
+
+
+def _integrity_issues(before: Snapshot, when: str) -> list[ValidationIssue]:
+    """An `integrity` issue naming every change since `before` (the originals are put back)."""
+    changes = before.changes()
+    if not changes:
+        return []
+    before.restore()
+    error = integrity.IntegrityError(changes, when=when, restored=True)
+    return [ValidationIssue(str(error), kind=Outcome.MISMATCH, run=Probe.INTEGRITY.value, case=Probe.INTEGRITY.value)]
+
+
+integrity.extend_baseline()  # every harness module is loaded by now

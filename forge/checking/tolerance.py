@@ -2,13 +2,31 @@
 
 The allowance for element `i` of a floating output leaf is
 
-    allowed_i = atol + rtol * |ref_i| + error_factor * (err_eager_i + rms(err_eager))
+    allowed_i = atol * min(1, scale) + rtol * |ref_i| + error_factor * (err_eager_i + rms(err_eager))
+    scale     = max(rms(ref), smallest normal of the dtype)
 
 where `ref` is the reference function run on float64-upcast inputs, `err_eager = |eager - ref|` is eager
 PyTorch's own error on the native-dtype inputs, and `(atol, rtol)` is a per-dtype floor. The eager term lets an
 honest re-implementation be as inexact as PyTorch itself (times `error_factor`); the rms term keeps elements where
 eager happens to be exact from getting an impossibly tight bound; the floor absorbs one rounding step of the
 output dtype.
+
+Why the scale (issue 10): the absolute floors are one rounding step *at 1.0*. An output whose values are all much
+smaller than 1 sat entirely under them: an all-zero gelu on bf16 activations of spread 4e-3 (|gelu| ~ 2e-3, under
+bf16's 1e-2) and a constant 1/64 softmax on logits of spread 1e-4 (deviations ~2e-6, under fp32's 1e-5) passed and
+were selected. The floor is therefore scaled by the output's own root-mean-square magnitude when that is below 1
+(outputs larger than 1 keep it: `rtol` already grows with them). Measured on those shapes (CPU, fp64 reference):
+the all-zero gelu now exceeds its allowance 23x at the median element (62x worst), the constant softmax 3x (18x
+worst), an fp32 rms_norm whose sum of squares is accumulated in bf16 fails on a small-gain layer (outputs ~2e-4),
+while the honest interpreted Triton gelu on the same bf16 sample uses 0.3% of its allowance at its worst element.
+An honest kernel's error near zero is still covered by eager PyTorch's own error (the rms term), and an all-zero
+reference keeps the dtype's smallest normal as its floor instead of zero.
+
+What the floors cannot see: a bf16-in, bf16-out rms_norm accumulating in bf16 is, at hidden size 1024, as close to
+the float64 reference as an honest fp32-accumulating kernel (rms of error/allowance 0.07-0.13 vs 0.06-0.09 over
+normal and outlier-heavy draws, tree or 128-wide chunks even closer); sequential 16-wide bf16 chunks fail on their
+own at hidden size 4096 (worst element 1.6-7x its allowance). The oracle judges numbers, not the method: a precision
+downgrade that stays as accurate as the honest kernel is not a wrong answer.
 
 Default floors (`DEFAULT_TOLERANCES`), as `(atol, rtol)`:
 
@@ -37,6 +55,7 @@ import torch
 __all__ = [
     "DEFAULT_TOLERANCES",
     "allowed_error",
+    "output_scale",
     "resolve_tolerances",
     "tolerance_for",
 ]
@@ -120,4 +139,14 @@ def allowed_error(
     if eager_error is None:
         eager_error = magnitude * rounding_unit(dtype)
     rms = eager_error.square().mean().sqrt() if eager_error.numel() else eager_error.new_zeros(())
-    return atol + rtol * magnitude + error_factor * (eager_error + rms)
+    return atol * output_scale(magnitude, dtype) + rtol * magnitude + error_factor * (eager_error + rms)
+
+
+def output_scale(magnitude: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The factor on the absolute floor: `rms(|ref|)` clamped to [smallest normal of `dtype`, 1] (a 0-dim tensor).
+
+    `magnitude` is `|reference|` with non-finite values zeroed."""
+    if not magnitude.numel():
+        return magnitude.new_ones(())
+    tiny = float(torch.finfo(_COMPLEX_COMPONENT.get(dtype, dtype)).tiny)
+    return magnitude.square().mean().sqrt().clamp(min=tiny, max=1.0)

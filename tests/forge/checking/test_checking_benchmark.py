@@ -19,6 +19,7 @@ from forge.checking import (
     empty_kernel_launch_us,
     validate,
 )
+from forge.checking.probes import ProbeSettings
 from forge.samples import Sample
 
 FAST = {"warmup": 2, "rounds": 5, "min_run_time_s": 0.0}
@@ -135,7 +136,8 @@ def test_kernel_utils_bundles_settings_and_can_be_subclassed():
         return cache.setdefault(tuple(x.shape), F.softmax(x, dim=dim)).clone()
 
     samples = [Sample((torch.randn(3, 8),), {"dim": -1})]
-    assert KernelUtils(fresh_inputs_per_sample=0).validate(F.softmax, memoised, samples) == []
+    no_probes = ProbeSettings(enabled=False)  # the probes' fresh calls catch it too (see test_probes.py)
+    assert KernelUtils(fresh_inputs_per_sample=0, probes=no_probes).validate(F.softmax, memoised, samples) == []
     cache.clear()
     assert KernelUtils().validate(F.softmax, memoised, samples)
     utils = KernelUtils(warmup=1, rounds=3, min_run_time_s=0.0, max_benchmark_calls=4)
