@@ -26,7 +26,8 @@ Within that, module references are judged as follows:
 * Tensor methods (`x.softmax()`, `x.matmul(y)`, `x.relu_()`...): every public callable of `torch.Tensor` is refused
   except the view, copy, allocation and metadata methods in `TENSOR_METHODS_ALLOWED`. The `@` operator is refused
   outside device code. Plain arithmetic operators cannot be told apart from integer grid arithmetic statically and are
-  allowed (the numeric oracle and benchmark judge them).
+  allowed here; tensor arithmetic outside the kernels is refused at run time (`forge.checking.launch_check`), as is
+  a wrapper that launches none of its kernels.
 * Builtins that reach outside the file or run code: `BANNED_BUILTINS` (named reasons); the `getattr` family
   (`GETATTR_FAMILY`) always.
 * Attributes: dunders other than `SAFE_DUNDERS`, frame attributes (`f_back`, `f_locals`...), and the tensor-hack

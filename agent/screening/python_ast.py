@@ -6,7 +6,9 @@ and reports each refused construct with its line. Beyond module references it is
 `agent.screening.policy`): names must be bound by the file or be allowed builtins, attributes of untyped values must
 be on the host or device allow-list (any on `self`), attributes are assigned only on `self`, and no string spells a
 dunder. It also returns the facts a language needs for its structural checks (top-level functions, device-code
-functions, kernel launches, including kernels kept in a per-shape cache and unpacked before the launch).
+functions, which top-level functions name which). Whether kernels are launched is not judged here: a static check by
+name was too strict (a kernel picked from a per-shape cache) and easily fooled, so it is checked at run time
+(`forge.checking.launch_check`).
 Language-specific parts (which modules the language adds, which decorators mark device code, how the language's
 own names are judged, which attributes device code may read) come in `PythonRules`.
 """
@@ -60,17 +62,14 @@ class PythonAnalysis:
     """Result of `analyse_python`: violations plus facts for structural checks (empty when the source failed to parse).
 
     `functions`: top-level function definitions by name. `device_functions`: names of functions decorated as device
-    code (or wrapped by a device decorator call). `device_holders`: other names assigned from expressions mentioning
-    device functions. `launches`: for each top-level function, whether its body launches a device function
-    (`kernel[grid](...)`). `calls`: for each top-level function, the top-level functions it names.
+    code (or wrapped by a device decorator call). `calls`: for each top-level function, the top-level functions it
+    names.
     """
 
     tree: ast.Module | None
     violations: list[Violation]
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
     device_functions: set[str] = field(default_factory=set)
-    device_holders: set[str] = field(default_factory=set)
-    launches: dict[str, bool] = field(default_factory=dict)
     calls: dict[str, set[str]] = field(default_factory=dict)
 
     def reachable_functions(self, entry: str) -> list[str]:
@@ -677,52 +676,15 @@ class _Analyser:
                               "tensor subclasses, modules or autograd functions")
 
     # -- facts --------------------------------------------------------------------------------------------
-    def _device_functions_stored(self) -> bool:
-        """Whether a device function is used as a value inside a container (tuple, list, dict, set)."""
-        containers = (ast.Tuple, ast.List, ast.Dict, ast.Set)
-        return any(isinstance(n, ast.Name) and n.id in self.device_functions and isinstance(n.ctx, ast.Load)
-                   and isinstance(self.parent(n), containers) for n in ast.walk(self.tree))
-
-    @staticmethod
-    def _unpacked_names(node: ast.AST) -> set[str]:
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.Assign):
-            targets = [t for t in node.targets if isinstance(t, (ast.Tuple, ast.List))]
-            if isinstance(node.value, ast.Subscript):
-                targets += [t for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, (ast.For, ast.comprehension)):
-            targets = [node.target]
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-
     def facts(self) -> PythonAnalysis:
         analysis = PythonAnalysis(self.tree, self.violations)
         for stmt in self.tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 analysis.functions[stmt.name] = stmt
         analysis.device_functions = set(self.device_functions)
-        for node in ast.walk(self.tree):
-            for target, value in self._simple_bindings(node):
-                if any(isinstance(n, ast.Name) and n.id in self.device_functions for n in ast.walk(value)):
-                    analysis.device_holders.add(target)
-        if self._device_functions_stored():
-            # Kernels kept in containers (a per-shape cache: `kern, grid, meta = cfg; kern[grid](...)`): any name
-            # bound by unpacking, a loop or a subscript may hold one.
-            for node in ast.walk(self.tree):
-                analysis.device_holders.update(self._unpacked_names(node))
-        launchable = analysis.device_functions | analysis.device_holders
         for name, fn in analysis.functions.items():
-            launches, calls = False, set()
-            for sub in ast.walk(fn):
-                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript):
-                    base: ast.AST = sub.func.value
-                    while isinstance(base, (ast.Subscript, ast.Attribute)):
-                        base = base.value
-                    if isinstance(base, ast.Name) and base.id in launchable:
-                        launches = True
-                if isinstance(sub, ast.Name) and sub.id in analysis.functions and sub.id != name:
-                    calls.add(sub.id)
-            analysis.launches[name] = launches
-            analysis.calls[name] = calls
+            analysis.calls[name] = {sub.id for sub in ast.walk(fn)
+                                    if isinstance(sub, ast.Name) and sub.id in analysis.functions and sub.id != name}
         return analysis
 
 

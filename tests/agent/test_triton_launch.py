@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+import triton.language  # noqa: F401 - first import under the conftest's TRITON_INTERPRET=1 (see _import)
 
 from agent.languages.triton import TritonLanguage
+from agent.languages.triton_hooks import install_triton_hooks, remove_triton_hooks
 from agent.languages.triton_launch import (
     CachedLauncher,
     TritonRuntimeHooks,
@@ -29,6 +31,7 @@ from agent.languages.triton_launch import (
     install_cached_launchers,
     remove_cached_launchers,
 )
+from forge.checking.launch_check import WATCH, LaunchMonitor
 from forge.source_files import import_source_file
 from tests.agent.kernels import SILU_OK
 
@@ -71,6 +74,8 @@ imported = JITFunction  # a non-kernel global
 
 
 def _import(tmp_path: Path, source: str, monkeypatch: pytest.MonkeyPatch, *, interpret: bool) -> Any:
+    # Triton is imported at the top of this file: imported first here with TRITON_INTERPRET=0, its own @jit library
+    # (tl.sum...) would stay compiled-mode for the session and break every interpreted kernel that uses it later.
     monkeypatch.setenv("TRITON_INTERPRET", "1" if interpret else "0")
     path = tmp_path / f"k_{uuid.uuid4().hex[:8]}.py"
     path.write_text(textwrap.dedent(source))
@@ -369,6 +374,48 @@ def test_language_load_without_the_cache_when_switched_off(tmp_path: Path, monke
     name = f"silu_off_{uuid.uuid4().hex[:8]}"
     TritonLanguage().load(path, name)
     assert cached_launchers(sys.modules[name]) == {}
+
+
+# -- the run-time launch check ------------------------------------------------------------------------------------
+def test_cache_hits_count_as_launches_for_the_launch_check(kernels: Any) -> None:
+    recorder, runtime = Recorder(), FakeRuntime()
+    launcher = _cached(kernels.scaled, recorder, runtime)
+    x, out = _tensors()
+    with LaunchMonitor("triton").watch() as record:
+        for _ in range(3):
+            launcher(x, out, 64, 0.5, grid=(2,), warmup=False, BLOCK=32)
+    # the two hits count here; the miss went through the stand-in JIT path (the real one counts itself, see below)
+    assert len(recorder.launches) == 2 and record.launches == 2 and record.kernels == ("scaled",)
+    with LaunchMonitor("triton").watch() as record:
+        WATCH.depth = 1  # inside another launch (an autotuner benchmarking): part of that launch
+        launcher(x, out, 64, 0.5, grid=(2,), warmup=False, BLOCK=32)
+        WATCH.depth = 0
+    assert len(recorder.launches) == 3 and record.launches == 0
+
+
+def test_launchers_made_before_the_hooks_fall_back_to_the_counting_jit_path(kernels: Any) -> None:
+    remove_triton_hooks()  # as in a process that loaded the candidate before asking for the monitor
+    install_cached_launchers(kernels)
+    try:
+        launchers = cached_launchers(kernels).values()
+        assert all(not hasattr(launcher.slow_run.__func__, "__kforge_counting__") for launcher in launchers)
+        TritonLanguage().launch_monitor()
+        assert all(hasattr(launcher.slow_run.__func__, "__kforge_counting__") for launcher in launchers)
+        remove_triton_hooks()
+        assert all(not hasattr(launcher.slow_run.__func__, "__kforge_counting__") for launcher in launchers)
+    finally:
+        remove_cached_launchers(kernels)
+        install_triton_hooks()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="relies on the compile failing without a GPU driver")
+def test_the_jit_path_counts_its_launch(kernels: Any) -> None:
+    install_triton_hooks()
+    x, out = _tensors()
+    with LaunchMonitor("triton").watch() as record:
+        with pytest.raises(RuntimeError, match="active drivers"):  # no GPU driver: the compile fails after counting
+            kernels.scaled[(1,)](x, out, 64, 0.5, BLOCK=32)
+    assert record.launches == 1 and record.kernels == ("scaled",)
 
 
 # -- on a GPU: real compiles and launches ----------------------------------------------------------------------
