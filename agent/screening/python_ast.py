@@ -94,6 +94,10 @@ def _text(node: ast.AST) -> str:
     return text if len(text) <= _MAX_CONSTRUCT else text[: _MAX_CONSTRUCT - 3] + "..."
 
 
+def _is_static(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
+
+
 def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and len(name) > 4
 
@@ -252,8 +256,20 @@ class _Analyser:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Global):
                 self.module_names.update(node.names)
+        self.own_classes = {n.name for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
+        self.own_methods = {f.name for c in ast.walk(self.tree) if isinstance(c, ast.ClassDef) for f in c.body
+                            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_static(f)}
         for node in ast.walk(self.tree):
             self.visit(node)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                self.check_unbound_method(node)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(self.parent(node),
+                                                                                         ast.ClassDef):
+                self.check_method_decorators(node)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
+                    and (node.args or node.keywords) and not self.is_bound("super", node):
+                self.flag("super", node, f"`{_text(node)}` binds a method to an object of the file's choice; "
+                          "use super() without arguments")
 
     def collect_aliases(self) -> None:
         for node in ast.walk(self.tree):
@@ -461,6 +477,30 @@ class _Analyser:
                 self.check_chain(node)
             elif not (self._is_getattr_call(self.parent(node)) and self.parent(node).args[0] is node):  # type: ignore
                 self.check_value_attribute(attr, node, called=self._is_called(node))
+
+    def check_unbound_method(self, node: ast.Attribute) -> None:
+        """A method of one of the file's classes reached through the class (`Cls.method`, `type(obj).method`) can be
+        called with any object as `self`, and screening lets methods read and write any attribute of `self`: that
+        is a way to patch `torch.Tensor` or read a Triton function's globals. Only `self.<method>` (bound) is
+        allowed; class constants and static methods stay reachable through the class."""
+        value = node.value
+        through_type = (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "type"
+                        and not self.is_bound("type", value))
+        own_class = isinstance(value, ast.Name) and value.id in self.own_classes
+        if through_type:
+            self.flag("type(...)", node, f"`{_text(node)}` reaches an attribute through type(...), which can call a "
+                      "method with any object as self; call methods on instances")
+        elif own_class and node.attr in self.own_methods:
+            self.flag(f"{value.id}.{node.attr}", node, f"`{_text(node)}` takes the method {node.attr} from the class, "
+                      "unbound, so any object can be passed as self; call it on an instance (`obj.method()`)")
+
+    def check_method_decorators(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """A classmethod's first parameter is the class itself, so `cls.method(obj)` is an unbound call."""
+        for decorator in fn.decorator_list:
+            if isinstance(decorator, ast.Name) and decorator.id == "classmethod" and not self.is_bound(
+                    "classmethod", decorator):
+                self.flag("classmethod", decorator, f"method {fn.name} is a classmethod, whose `cls` reaches the "
+                          "class's unbound methods; use a staticmethod or an instance method")
 
     def _is_self_chain(self, node: ast.Attribute) -> bool:
         """`self.<...>` where `self` is the first parameter of a method of a class defined in the file."""

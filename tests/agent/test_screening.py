@@ -647,3 +647,44 @@ def test_the_honest_corpus_holds_the_cassette_kernels() -> None:
     labels = [label for label, _, _ in HONEST]
     assert sum("demo_h200" in label for label in labels) == 3
     assert sum("smoke" in label for label in labels) >= 6
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Methods called with an object of the file's choice as `self` (the adversarial corpus's screening bypass)
+# ---------------------------------------------------------------------------------------------------------
+_PATCHER = """
+class _Put:
+    def update(self, value):
+        self.sum = value
+
+    def get(self):
+        return self.get_capture_scope()
+
+    @staticmethod
+    def block(n):
+        return 128 if n < 4096 else 1024
+
+    LIMIT = 4096
+"""
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("_Put.update(torch.Tensor, None)", "_Put.update"),
+    ("scope = _Put.get(_relu_kernel)", "_Put.get"),
+    ("f = _Put.get", "_Put.get"),
+    ("type(_Put()).update(torch.Tensor, None)", "type(...)"),
+    ("super(_Put, torch.Tensor).update(None)", "super"),
+])
+def test_methods_reached_unbound_are_refused(snippet: str, construct: str) -> None:
+    """`self` may read and write any attribute only because it is the file's own instance: a method taken from the
+    class (or through type(), super(cls, obj)) runs with any object as self, e.g. patching torch.Tensor.sum."""
+    assert_refused(with_body(snippet, _PATCHER), construct)
+
+
+def test_a_classmethod_is_refused_and_bound_calls_pass() -> None:
+    header = "class _C:\n    @classmethod\n    def make(cls):\n        return cls.run(1)\n\n    def run(self):\n" \
+             "        return self\n"
+    classmethod_source = with_body("pass", header)
+    assert_refused(classmethod_source, "classmethod")
+    honest = with_body("p = _Put()\np.update(1)\nscope = p.get", _PATCHER)
+    assert screen_source(honest, "relu", "triton") == []

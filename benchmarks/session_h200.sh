@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issues 8, 10 and 12 on the H200, batched (the session's device time is short). PART=a: the harness at KernelBench
+# shipped sizes after the memory-bounded oracle (eager as its own candidate) and the oracle's peak memory; PART=b:
+# the CUDA-marked tests, the CUDA language's compile/launch/fault benchmark and the adversarial corpus.
+# Output: $OUT/session-$PART.tar.gz. Needs .whl (LLM client wheels) and .gpu/kernelbench/level1 carried.
+set -uo pipefail
+[ "${SKIP_WHEELS:-0}" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
+PART=${PART:-a}; logs=${OUT:-/tmp/out}/session-$PART; mkdir -p "$logs"
+step() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
+  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
+  grep -v "^·\|UserWarning\|warnings.warn" "$logs/$name.log" | tail -${TAIL:-40} >> "$logs/summary.txt"
+}
+if [ "$PART" = a ]; then
+  step oracle-memory 200 python3 -m benchmarks.oracle_memory
+  step kb-eager "${KB_TIMEOUT:-330}" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 240 --no-plots \
+    --problems "${KB_PROBLEMS:-level1/35_GroupNorm_,level1/36_RMSNorm_,level1/19_ReLU,level1/99_TripletMarginLoss,level1/33_BatchNorm,level1/1_Square_matrix_multiplication_}" \
+    --out "$logs/kb-eager"
+else
+  step cuda-tests 200 python3 -m pytest -q -m cuda -x -p no:cacheprovider tests/evals/test_eval_cuda.py \
+    tests/forge/checking/test_probes.py tests/forge/checking/test_integrity.py tests/forge/checking/test_checking_cuda.py \
+    tests/agent/test_cuda_language.py -m "cuda and not slow"
+  step cuda-language 200 python3 benchmarks/cuda_language_h200.py --quick
+  step adversarial 200 python3 benchmarks/adversarial_h200.py --unsafe-sandbox --jobs 4
+fi
+tar -czf "${OUT:-/tmp/out}/session-$PART.tar.gz" -C "$(dirname "$logs")" "session-$PART"
