@@ -1,20 +1,41 @@
 """What a correct candidate must produce for one call, computed from the reference and sealed while candidates run.
 
-`build_expectation` runs the reference twice on clones of the inputs: eagerly in the native dtypes, and on
-float64-upcast copies of the floating inputs. From that it keeps, per tensor leaf of the output (and per input
-the eager call mutated): the float64 reference, the per-element allowance (see `forge.checking.tolerance`) and
-the NaN/inf placement of eager output; integer and bool leaves keep the eager values (exact match). It also keeps
-the output structure, which inputs eager mutated and which outputs alias a mutated input.
+`build_expectation` runs the reference twice: on float64-upcast copies of the floating inputs, then eagerly on
+clones in the native dtypes. From that it keeps, per tensor leaf of the output (and per input the eager call
+mutated): the reference values, the per-element allowance (see `forge.checking.tolerance`) and the NaN/inf placement
+of eager output; integer and bool leaves keep the eager values (exact match). It also keeps the output structure,
+which inputs eager mutated and which outputs alias a mutated input.
 
-The numbers are sealed into a bytes blob (`Expectation.seal`) and all reference tensors are released before the
-candidate runs, so a candidate cannot find the expected output among live tensors (e.g. via `gc`); `unseal`
-brings them back for the comparison.
+Memory (issue 8: on a 7.5 GB fp32 GroupNorm the old expectation, its copies and the four kept runs held 131 GB of
+a 141 GB H200). With S the size of a float32 output, what is kept is compact:
+
+- the reference as float64 for float32/float64 outputs (2S; float32 is 0.6% of the fp32 allowance away from it,
+  but user tolerances may be tighter), as float32 for 16- and 8-bit floats (their allowance is >= 1e-3 relative,
+  float32 rounding 6e-8);
+- the allowance as float32 (S), rounded up so it never tightens; float64 for float64 outputs;
+- the NaN/inf codes as int8 only when eager output has a non-finite element (none otherwise);
+- no eager copy of a floating leaf (its error is folded into the allowance).
+
+The float64 run goes first (its outputs: 2S, its inputs: 2x the inputs, dropped right after unless the reference
+mutated them), then the eager run on clones (the clones are dropped once mutation is known), so the two runs'
+buffers never coexist with both sets of inputs. The reference calls themselves cannot be chunked generically (any
+function may be the reference): their own temporaries are the reference's, at float64 width. Everything after
+them is computed in flat pieces (`forge.checking.compare.iter_pieces`): a first pass for the rms of eager's error,
+a second that writes the reference (into the float64 run's own output buffer when nothing else shares it), the
+allowance and the codes. Peak while building: inputs + about 4S for a unary fp32 op, plus the reference's own
+temporaries.
+
+Expectations up to `_SEAL_LIMIT_BYTES` are sealed into a bytes blob (`Expectation.seal`) and their tensors
+released before the candidate runs, so a candidate cannot find the expected output among live tensors (e.g. via
+`gc`); `unseal` brings them back for each comparison. Larger ones stay live (copying them off the device per run
+would cost more than the check, and the blob would double their host memory).
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,20 +43,22 @@ from typing import Any
 import torch
 
 from forge.checking.compare import (
-    FINITE,
     ContainerNode,
     Skeleton,
     TensorMeta,
     ValueLeaf,
     as_real,
     bits_equal,
+    iter_pieces,
     iter_tensor_leaves,
     skeleton_of,
-    special_codes,
+    special_codes_piece,
     tensor_leaves_of_skeleton,
+    unchanged_after_upcast,
 )
-from forge.checking.tolerance import allowed_error
-from forge.samples import Sample, clone_value, map_values
+from forge.checking.tolerance import allowed_error, output_scale, rounding_unit, tolerance_for
+from forge.outcome import is_memory_exhaustion
+from forge.samples import Sample, clone_tensor, clone_value, map_values
 
 __all__ = [
     "Expectation",
@@ -46,13 +69,17 @@ __all__ = [
     "input_leaves",
     "storage_ptr",
     "synchronize_devices",
+    "tensor_bytes",
 ]
 
 logger = logging.getLogger(__name__)
 
-# Seal in memory only up to this size; bigger expectations stay as live tensors (copying GBs off the GPU per
-# case would dominate validation time).
-_SEAL_LIMIT_BYTES = 512 << 20
+# Seal in memory only up to this size; bigger expectations stay as live tensors (sealing copies them off the
+# device and holds a second copy on the host while it is built and read back).
+_SEAL_LIMIT_BYTES = 64 << 20
+
+_WIDE_FLOATS = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+_DOUBLE_FLOATS = (torch.float64, torch.complex128)
 
 
 class ReferenceFailure(Exception):
@@ -71,18 +98,26 @@ def input_leaves(sample: Sample) -> list[tuple[str, torch.Tensor]]:
     return leaves
 
 
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensor leaves of a value (as laid out: numel times element size)."""
+    return sum(t.numel() * t.element_size() for _, t in iter_tensor_leaves(value, ""))
+
+
 def call_quietly(fn: Callable[..., Any], sample: Sample) -> Any:
     """`fn(*args, **kwargs)` under `torch.no_grad()`."""
     with torch.no_grad():
         return fn(*sample.args, **sample.kwargs)
 
 
-def _upcast(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
+def _upcast_copy(value: Any) -> Any:
+    """A float64 (complex128) copy of a floating (complex) tensor, a clone of any other tensor; one copy each."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.is_floating_point() and value.dtype != torch.float64:
         return value.detach().to(torch.float64)
-    if isinstance(value, torch.Tensor) and value.is_complex():
+    if value.is_complex() and value.dtype != torch.complex128:
         return value.detach().to(torch.complex128)
-    return value
+    return clone_tensor(value)
 
 
 def _same_shapes(a: Skeleton, b: Skeleton) -> bool:
@@ -114,17 +149,18 @@ class Expectation:
     _tensors: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     _sealed: bytes | None = field(default=None, repr=False)
     _devices: dict[str, str] = field(default_factory=dict, repr=False)
+    nbytes: int = 0
 
     def output_metas(self) -> list[tuple[str, TensorMeta]]:
         return list(tensor_leaves_of_skeleton(self.skeleton, "output"))
 
     def seal(self) -> None:
-        """Move the expected numbers into a bytes blob and drop the tensors (no-op for very large ones)."""
+        """Move the expected numbers into a bytes blob and drop the tensors (no-op for large ones)."""
         if self._tensors is None:
             return
-        nbytes = sum(t.numel() * t.element_size() for t in self._tensors.values())
-        if nbytes > _SEAL_LIMIT_BYTES:
-            logger.debug("expectation of %d bytes kept live (over the sealing limit)", nbytes)
+        self.nbytes = sum(t.numel() * t.element_size() for t in self._tensors.values())
+        if self.nbytes > _SEAL_LIMIT_BYTES:
+            logger.debug("expectation of %d bytes kept live (over the sealing limit)", self.nbytes)
             return
         self._devices = {k: str(t.device) for k, t in self._tensors.items()}
         buffer = io.BytesIO()
@@ -133,7 +169,8 @@ class Expectation:
         self._tensors = None
 
     def unseal(self) -> dict[str, torch.Tensor]:
-        """The expected tensors (`<locator>/reference`, `/allowed`, `/special`, `/exact`), on their devices."""
+        """The expected tensors (`<locator>/reference`, `/allowed`, `/special` when eager output has NaN/inf,
+        `/exact`), on their devices. Drop the result after use: for a sealed expectation it is a fresh copy."""
         if self._tensors is not None:
             return self._tensors
         assert self._sealed is not None
@@ -141,39 +178,195 @@ class Expectation:
         return {k: t.to(self._devices[k]) for k, t in loaded.items()}
 
 
-def _leaf_expectation(
+# ---------------------------------------------------------------------------------------------------------
+# Per-leaf expectation, in flat pieces
+# ---------------------------------------------------------------------------------------------------------
+def _compact(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` itself when it owns exactly its elements, else a compact copy (a view would seal its whole base)."""
+    tensor = tensor.detach()
+    exact_size = tensor.numel() * tensor.element_size()
+    if tensor.is_contiguous() and tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == exact_size:
+        return tensor
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
+def _owns_alone(tensor: torch.Tensor, shared: set[int]) -> bool:
+    """Whether a float64 buffer may be overwritten in place: contiguous, exactly its storage, shared by no leaf."""
+    return (tensor.dtype == torch.float64 and tensor.is_contiguous() and tensor.storage_offset() == 0
+            and tensor.untyped_storage().nbytes() == tensor.numel() * 8 and storage_ptr(tensor) not in shared)
+
+
+def _round_up_to(values64: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An allowance in `dtype`: one step up from `values64` when `dtype` is narrower, so it never tightens, and
+    capped at the largest finite value (an infinite allowance would let an infinite output pass the fast check)."""
+    largest = torch.finfo(dtype).max
+    if dtype == torch.float64:
+        return values64.clamp(max=largest)
+    narrow = values64.to(dtype)
+    return torch.nextafter(narrow, torch.full((), math.inf, dtype=dtype, device=narrow.device)).clamp_(max=largest)
+
+
+@dataclass(frozen=True)
+class _Allowance:
+    """`forge.checking.tolerance.allowed_error` of one leaf, applied piece by piece: its leaf-wide terms (the rms
+    of eager's error and the output's rms magnitude, via `output_scale`) come from a first pass over all pieces.
+    A leaf of one piece calls `allowed_error` itself; tests/forge/checking/test_checking_memory.py checks that the
+    two agree on a leaf of many pieces, so a change of the formula in tolerance.py cannot pass unnoticed here."""
+
+    dtype: torch.dtype
+    tolerances: Mapping[torch.dtype, tuple[float, float]]
+    error_factor: float
+    pieces: int
+    rms_error: float
+    rms_magnitude: float
+
+    def of(self, expected64: torch.Tensor, eager_error: torch.Tensor | None) -> torch.Tensor:
+        if self.pieces == 1:
+            return allowed_error(expected64, eager_error, self.dtype, self.tolerances, self.error_factor)
+        atol, rtol = tolerance_for(self.dtype, self.tolerances)
+        magnitude = expected64.abs()  # finite by construction
+        if eager_error is None:
+            eager_error = magnitude * rounding_unit(self.dtype)
+        scale = output_scale(torch.tensor([self.rms_magnitude], dtype=torch.float64), self.dtype).item()
+        return atol * scale + rtol * magnitude + self.error_factor * (eager_error + self.rms_error)
+
+
+def _eager_error(
+    e64: torch.Tensor, r64: torch.Tensor | None, finite: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(expected, eager error or None)` of one piece: the float64 reference where it and eager are finite, else
+    eager output where finite (with no error of its own), else 0."""
+    zero = torch.zeros((), dtype=torch.float64, device=e64.device)
+    if r64 is None:
+        return torch.where(finite, e64, zero), None
+    good = finite & torch.isfinite(r64)
+    expected = torch.where(good, r64, torch.where(finite, e64, zero))
+    return expected, torch.where(good, (e64 - r64).abs(), zero)
+
+
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """`isfinite` in one kernel (NaN fails `<` too); torch's own is a composite of several."""
+    return values.abs() < math.inf
+
+
+@dataclass(frozen=True)
+class _LeafStatistics:
+    pieces: int
+    rms_error: float
+    rms_magnitude: float
+    all_finite: bool  # eager and float64 outputs hold no NaN/inf: the expected values are the float64 ones
+    has_special: bool  # eager output holds a NaN/inf: its codes are stored
+
+
+def _leaf_statistics(e: torch.Tensor, r: torch.Tensor | None, dtype: torch.dtype) -> _LeafStatistics:
+    """Pass 1 over a leaf: the rms of eager's error and of |expected| (the allowance's leaf-wide terms), and whether
+    any element is NaN/inf. Tries the all-finite case first (a finite sum means finite elements): five kernels per
+    piece; else the general one."""
+    unit = rounding_unit(dtype)
+    sums: list[torch.Tensor] = []
+    errors: list[torch.Tensor] = []
+    magnitudes: list[torch.Tensor] = []
+    for _, (ep, rp) in iter_pieces(e, r):
+        e64 = ep.to(torch.float64)
+        r64 = e64 if rp is None else rp.to(torch.float64)
+        sums.append(e64.sum() + r64.sum())
+        magnitudes.append(torch.dot(r64, r64))
+        errors.append(magnitudes[-1] * unit**2 if rp is None else torch.dot(e64 - r64, e64 - r64))
+    if not sums:
+        return _LeafStatistics(0, 0.0, 0.0, True, False)
+    numel = e.numel()
+    finite_sums, error_total, magnitude_total = torch.stack([
+        torch.isfinite(torch.stack(sums)).all().to(torch.float64), torch.stack(errors).sum(),
+        torch.stack(magnitudes).sum()]).tolist()
+    if finite_sums:
+        return _LeafStatistics(len(sums), math.sqrt(error_total / numel), math.sqrt(magnitude_total / numel), True,
+                               False)
+    errors, magnitudes, specials = [], [], []
+    for _, (ep, rp) in iter_pieces(e, r):
+        e64 = ep.to(torch.float64)
+        finite = _finite(e64)
+        specials.append((~finite).sum())
+        expected, error = _eager_error(e64, None if rp is None else rp.to(torch.float64), finite)
+        magnitude = expected.abs()
+        errors.append((magnitude * unit if error is None else error).square().sum())
+        magnitudes.append(magnitude.square().sum())
+    special_total, error_total, magnitude_total = torch.stack([
+        torch.stack(specials).sum().to(torch.float64), torch.stack(errors).sum(), torch.stack(magnitudes).sum()
+    ]).tolist()
+    return _LeafStatistics(len(errors), math.sqrt(error_total / numel), math.sqrt(magnitude_total / numel),
+                           False, special_total > 0)
+
+
+def _float_leaf(
     locator: str,
     eager: torch.Tensor,
     reference: torch.Tensor | None,
+    in_place: bool,
     tolerances: Mapping[torch.dtype, tuple[float, float]],
     error_factor: float,
     out: dict[str, torch.Tensor],
-) -> str:
-    """Store the expected numbers of one leaf in `out`; return its kind."""
-    if not (eager.is_floating_point() or eager.is_complex()):
-        out[f"{locator}/exact"] = eager.detach().clone()
-        return LeafKind.EXACT
-    eager64 = as_real(eager.detach()).to(torch.float64)
-    special = special_codes(eager64)
-    finite = special == FINITE
-    zero = torch.zeros((), dtype=torch.float64, device=eager64.device)
-    usable = reference is not None and reference.shape == eager.shape and (
-        reference.is_floating_point() or reference.is_complex()
-    )
-    if usable:
-        ref64 = as_real(reference.detach()).to(torch.float64)
-        good = finite & torch.isfinite(ref64)
-        # Where the float64 run is not finite but eager is, eager output stands in (with no error of its own).
-        expected = torch.where(good, ref64, torch.where(finite, eager64, zero))
-        eager_error = torch.where(good, (eager64 - ref64).abs(), zero)
-        allowed = allowed_error(expected, eager_error, eager.dtype, tolerances, error_factor)
-    else:
-        expected = torch.where(finite, eager64, zero)
-        allowed = allowed_error(expected, None, eager.dtype, tolerances, error_factor)
-    out[f"{locator}/reference"] = expected
+) -> None:
+    """Store `<locator>/reference`, `/allowed` and (when eager has NaN/inf) `/special` of one floating leaf."""
+    e = as_real(eager.detach())
+    r = None if reference is None else as_real(reference.detach())
+    stats = _leaf_statistics(e, r, eager.dtype)
+    allowance = _Allowance(eager.dtype, tolerances, error_factor, stats.pieces, stats.rms_error, stats.rms_magnitude)
+    ref_dtype = torch.float64 if eager.dtype in _WIDE_FLOATS else torch.float32
+    allowed_dtype = torch.float64 if eager.dtype in _DOUBLE_FLOATS else torch.float32
+    stored = r if in_place and r is not None and ref_dtype == torch.float64 else torch.empty(
+        e.shape, dtype=ref_dtype, device=e.device)
+    allowed = torch.empty(e.shape, dtype=allowed_dtype, device=e.device)
+    special = torch.empty(e.shape, dtype=torch.int8, device=e.device) if stats.has_special else None
+    # Pass 2: write the reference, the allowance and the codes piece by piece.
+    for _, (ep, rp, sp, ap, cp) in iter_pieces(e, r, stored, allowed, special):
+        e64 = ep.to(torch.float64)
+        r64 = None if rp is None else rp.to(torch.float64)
+        if stats.all_finite:
+            expected, error = (e64, None) if r64 is None else (r64, (e64 - r64).abs_())
+        else:
+            expected, error = _eager_error(e64, r64, _finite(e64))
+        ap.copy_(_round_up_to(allowance.of(expected, error), allowed_dtype))
+        if sp is not rp:
+            sp.copy_(expected)
+        elif not stats.all_finite:
+            sp.copy_(expected)  # in place: the float64 output, with non-finite elements replaced
+        if cp is not None:
+            cp.copy_(special_codes_piece(ep))
+    out[f"{locator}/reference"] = stored
     out[f"{locator}/allowed"] = allowed
-    out[f"{locator}/special"] = special
-    return LeafKind.FLOAT
+    if special is not None:
+        out[f"{locator}/special"] = special
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The two reference runs
+# ---------------------------------------------------------------------------------------------------------
+def _float64_run(reference_fn: Callable[..., Any], sample: Sample) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The reference on float64 copies: `(output, the copies it mutated)`, or `(None, {})` when it fails."""
+    upcast = Sample(map_values(tuple(sample.args), _upcast_copy), map_values(dict(sample.kwargs), _upcast_copy))
+    try:
+        out = call_quietly(reference_fn, upcast)
+        synchronize_devices(out)
+    except Exception as exc:  # noqa: BLE001 - fall back to eager output as the reference
+        level = logging.INFO if is_memory_exhaustion(exc) else logging.DEBUG
+        logger.log(level, "float64 reference unavailable (%s: %s); using eager output", type(exc).__name__, exc)
+        return None, {}
+    originals = dict(input_leaves(sample))
+    mutated = {loc: t for loc, t in input_leaves(upcast) if not unchanged_after_upcast(originals[loc], t)}
+    return out, mutated
+
+
+def _eager_run(reference_fn: Callable[..., Any], sample: Sample) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The reference on native clones: `(output, the clones it mutated)`; `ReferenceFailure` when it raises."""
+    clones = Sample(clone_value(tuple(sample.args)), clone_value(dict(sample.kwargs)))
+    try:
+        out = call_quietly(reference_fn, clones)
+        synchronize_devices(out)
+    except Exception as exc:  # noqa: BLE001 - any reference failure means "not a valid input"
+        raise ReferenceFailure(f"{type(exc).__name__}: {exc}") from exc
+    mutated = {loc: a for (loc, b), (_, a) in zip(input_leaves(sample), input_leaves(clones), strict=True)
+               if not bits_equal(b, a)}
+    return out, mutated
 
 
 def build_expectation(
@@ -182,64 +375,68 @@ def build_expectation(
     tolerances: Mapping[torch.dtype, tuple[float, float]],
     error_factor: float,
 ) -> Expectation:
-    """Run the reference on clones of `sample` (native and float64) and return the sealed expectation.
+    """Run the reference (float64, then native) and return the sealed expectation.
 
     Raises `ReferenceFailure` when the reference raises on the native-dtype inputs.
     """
-    eager_sample = Sample(clone_value(tuple(sample.args)), clone_value(dict(sample.kwargs)))
+    f64_out, f64_mutated = _float64_run(reference_fn, sample)
     try:
-        eager_out = call_quietly(reference_fn, eager_sample)
-        synchronize_devices(eager_out)
-    except Exception as exc:  # noqa: BLE001 - any reference failure means "not a valid input"
-        raise ReferenceFailure(f"{type(exc).__name__}: {exc}") from exc
+        eager_out, eager_mutated = _eager_run(reference_fn, sample)
+    except ReferenceFailure as exc:
+        if f64_out is None or not is_memory_exhaustion(exc.__cause__ or exc):
+            raise
+        logger.info("the native reference ran out of memory beside the float64 results; retrying without them")
+        f64_out, f64_mutated = None, {}
+        eager_out, eager_mutated = _eager_run(reference_fn, sample)
 
-    before = input_leaves(sample)
-    after = input_leaves(eager_sample)
-    mutated = [loc for (loc, b), (_, a) in zip(before, after, strict=True) if not bits_equal(b, a)]
-
-    f64_sample = Sample(
-        map_values(clone_value(tuple(sample.args)), _upcast), map_values(clone_value(dict(sample.kwargs)), _upcast)
-    )
-    f64_out: Any = None
-    float64_reference = True
-    try:
-        f64_out = call_quietly(reference_fn, f64_sample)
-        if not _same_shapes(skeleton_of(eager_out), skeleton_of(f64_out)):
-            raise ValueError("the float64 run returned a differently shaped output")
-    except Exception as exc:  # noqa: BLE001 - fall back to eager output as the reference
-        logger.debug("float64 reference unavailable (%s: %s); using eager output", type(exc).__name__, exc)
-        f64_out, float64_reference = None, False
-
-    tensors: dict[str, torch.Tensor] = {}
-    kinds: dict[str, str] = {}
-    f64_leaves = dict(iter_tensor_leaves(f64_out, "output")) if float64_reference else {}
-    for locator, eager_leaf in iter_tensor_leaves(eager_out, "output"):
-        kinds[locator] = _leaf_expectation(
-            locator, eager_leaf, f64_leaves.get(locator), tolerances, error_factor, tensors
-        )
-    f64_inputs = dict(input_leaves(f64_sample)) if float64_reference else {}
-    eager_inputs = dict(after)
-    for locator in mutated:
-        kinds[locator] = _leaf_expectation(
-            locator, eager_inputs[locator], f64_inputs.get(locator), tolerances, error_factor, tensors
-        )
+    skeleton = skeleton_of(eager_out)
+    float64_reference = f64_out is not None and _same_shapes(skeleton, skeleton_of(f64_out))
+    if f64_out is not None and not float64_reference:
+        logger.debug("the float64 run returned a differently shaped output; using eager output")
+    mutated = list(eager_mutated)
 
     aliases: dict[str, str] = {}
-    storage_of_mutated = {storage_ptr(eager_inputs[loc]): loc for loc in mutated}
+    storage_of_mutated = {storage_ptr(t): loc for loc, t in eager_mutated.items()}
     storage_of_mutated.pop(0, None)  # empty storages share address 0
     for locator, eager_leaf in iter_tensor_leaves(eager_out, "output"):
         owner = storage_of_mutated.get(storage_ptr(eager_leaf))
         if owner is not None:
             aliases[locator] = owner
 
+    eager_leaves = list(iter_tensor_leaves(eager_out, "output")) + list(eager_mutated.items())
+    ref_leaves: dict[str, torch.Tensor] = {}
+    if float64_reference:
+        ref_leaves = dict(iter_tensor_leaves(f64_out, "output"))
+        ref_leaves.update({loc: t for loc, t in f64_mutated.items() if loc in eager_mutated})
+    del eager_out, f64_out, eager_mutated, f64_mutated  # each leaf is released once its expectation is stored
+    pointers = [storage_ptr(t) for t in ref_leaves.values()]
+    shared = {p for p in pointers if pointers.count(p) > 1}
+
+    tensors: dict[str, torch.Tensor] = {}
+    kinds: dict[str, str] = {}
+    while eager_leaves:
+        locator, eager_leaf = eager_leaves.pop(0)
+        reference = ref_leaves.pop(locator, None)
+        if not (eager_leaf.is_floating_point() or eager_leaf.is_complex()):
+            tensors[f"{locator}/exact"] = _compact(eager_leaf)
+            kinds[locator] = LeafKind.EXACT
+            continue
+        usable = reference is not None and reference.shape == eager_leaf.shape and (
+            reference.is_floating_point() or reference.is_complex())
+        in_place = usable and _owns_alone(as_real(reference), shared)
+        _float_leaf(locator, eager_leaf, reference if usable else None, in_place, tolerances, error_factor, tensors)
+        kinds[locator] = LeafKind.FLOAT
+        del eager_leaf, reference
+
     expectation = Expectation(
-        skeleton=skeleton_of(eager_out),
+        skeleton=skeleton,
         leaf_kinds=kinds,
         mutated_inputs=mutated,
         aliases=aliases,
         float64_reference=float64_reference,
         _tensors=tensors,
     )
+    del tensors
     expectation.seal()
     return expectation
 

@@ -11,6 +11,13 @@ Two mechanisms:
   them with the pattern and frees them, so the caching allocator hands poisoned memory to the next allocations
   of those sizes (this is what overwrites a freed reference output). On CPU this is only a best effort.
 
+Memory: `poison_allocator` holds one block per output leaf (the outputs' size, which the candidate is about to
+allocate anyway) plus, on CUDA, one block of at most 1 GB (and at most a quarter of the free memory), and frees
+them before the candidate runs; `fill_with_poison` fills in place. Neither allocates more than that, so poisoning
+never raises the oracle's peak above the candidate's own run (issue 8's memory bound, `forge.checking.validation`).
+Since `validate` now releases each run's output once it is checked, the output-sized blocks are also what overwrite
+the previous run's (correct) output before the next run may be handed its memory.
+
 Two patterns exist so that a result that depends on uninitialised memory changes between runs: `POISON_NAN`
 (NaN for floats, the dtype's max for ints, True for bools) and `POISON_LARGE` (a quarter of the dtype's largest
 finite value, the dtype's min for ints, False for bools).

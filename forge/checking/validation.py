@@ -1,9 +1,9 @@
 """`validate`: the harness-owned correctness oracle every candidate kernel must pass.
 
 For each unique sample, the captured inputs and `fresh_inputs_per_sample` fresh random inputs drawn from the
-sample's specs (seeded: `seed + sample index`) are each checked like this:
+sample's specs (seeded: `seed + sample index`; fewer for large inputs, see below) are each checked like this:
 
-1. The reference runs on clones of the inputs, natively and in float64 (`forge.checking.expectation`); the
+1. The reference runs on copies of the inputs, in float64 and natively (`forge.checking.expectation`); the
    expected numbers are sealed away before the candidate runs.
 2. The candidate runs four times, each on fresh clones of the inputs, after poisoning the allocator:
    run 1 plain; runs 2 and 3 under `PoisonFreshAllocations` (NaN, then large values); run 4 plain again after
@@ -12,13 +12,40 @@ sample's specs (seeded: `seed + sample index`) are each checked like this:
    the dispatch mode, it is retried plainly and the mode is dropped for this candidate. A candidate whose
    `allows_dispatch_poisoning` attribute is False (trusted compilers such as `CompiledFunctionProvider`) skips
    the dispatch-mode runs.
-3. Every run is checked against the expectation: structure (exact `torch.Tensor` type, shape, dtype, device),
-   values within the allowance of `forge.checking.tolerance`, NaN/inf placement, integer/bool outputs exact,
-   inputs untouched unless the reference mutates them (then they must match like outputs), and outputs that
-   alias a mutated input in the reference must alias it in the candidate too.
+3. Every run is checked against the expectation as soon as it returns: structure (exact `torch.Tensor` type,
+   shape, dtype, device), values within the allowance of `forge.checking.tolerance`, NaN/inf placement,
+   integer/bool outputs exact, inputs untouched unless the reference mutates them (then they must match like
+   outputs), and outputs that alias a mutated input in the reference must alias it in the candidate too.
 4. Outputs of different runs must not share memory (a reused output buffer breaks callers that keep results).
+   Earlier outputs are released once checked, so their memory may legitimately come back: an output is reused
+   only if its storage is one an earlier run returned *and that storage is still alive* (a `StorageWeakRef`
+   says so), i.e. something (the candidate's cache) kept it.
 5. Runs of the same kind (plain vs plain, poisoned vs poisoned) must agree bitwise (NaN-aware) when
-   `require_deterministic`, else within the allowance.
+   `require_deterministic`, compared by `forge.checking.compare.fingerprint` (128 bits per piece of 1M-16M
+   elements) instead of keeping the first run's output; else within the allowance, keeping the first output of
+   each kind.
+
+Memory (issue 8: GroupNorm over [112, 64, 512, 512] fp32, 7.5 GB per input, held 131 GB of references, copies,
+four run outputs and poison and ran out of memory on a 141 GB H200). With I and O the bytes of the problem's inputs
+and outputs (fp32), the oracle holds besides the caller's inputs: during the float64 run 2I + 2O (plus the
+reference's own float64 temporaries: a reference cannot be chunked generically, so it runs whole); while building
+the expectation 2O (float64 output, becoming the reference in place) + O (eager) + O (allowance, float32); while
+the candidate runs the expectation (3O) + one clone of the inputs (I) + the allocator poison, then the output (O
+each, one after the other; on CUDA plus a poison block of at most 1 GB); plus constant-size pieces of the
+comparisons (`forge.checking.compare.iter_pieces`: tens of MB on the CPU, under 1 GB on CUDA). Stated bound: peak
+extra <= 3 x (I + O) + that constant, beyond the reference's and the candidate's own temporaries. Measured
+(benchmarks/oracle_memory.py, CPU, 512 MB fp32 inputs, anonymous resident memory): GroupNorm 2.5x (10.4x before),
+RMSNorm 3.4x (10.4x before; its float64 reference alone peaks at 3x: the upcast input, x * rsqrt and the
+output are all full-size float64 tensors). Expected on the
+H200 at [112, 64, 512, 512]: ~2.6x, ~46 GB in all. A fresh draw adds its own inputs (I) while the caller's
+sample stays alive.
+
+Fresh rounds for large inputs: a sample whose tensor inputs exceed `LARGE_INPUT_BYTES` (1 GiB) gets at most
+`LARGE_INPUT_FRESH_ROUNDS` (1) fresh draws. Each round costs a full float64 reference, four candidate runs and a
+draw of the inputs on the host (about 10 s for 7.5 GB), while at that size one random draw already checks hundreds
+of millions of elements on values the candidate cannot have special-cased; 1 GiB matches the evals' own limit for
+module problems. `validate_report` returns a `ValidationReport` with the rounds used per sample and the sizes;
+`validate` returns its issues only.
 
 Errors are `forge.outcome.ValidationIssue`s (strings, so `list[str]` callers keep working, with typed fields):
 they name the sample (index, captured or fresh, its description), the run, the output leaf and, for value
@@ -45,9 +72,11 @@ from typing import Any
 import torch
 
 from forge.checking.compare import (
-    FINITE,
+    as_real,
     bits_mismatch,
     exact_mismatch_issue,
+    fingerprint,
+    fingerprint_mismatch,
     float_mismatch,
     float_mismatch_issue,
     iter_tensor_leaves,
@@ -63,9 +92,11 @@ from forge.checking.expectation import (
     input_leaves,
     storage_ptr,
     synchronize_devices,
+    tensor_bytes,
 )
 from forge.checking.inputs import as_sample, materialise
 from forge.checking.poison import POISON_LARGE, POISON_NAN, PoisonFreshAllocations, PoisonPattern, poison_allocator
+from forge.checking.remote import remote_of
 from forge.checking.tolerance import resolve_tolerances
 from forge.outcome import (
     CandidateAbort,
@@ -76,15 +107,27 @@ from forge.outcome import (
     is_memory_exhaustion,
     watch_interrupts,
 )
-from forge.samples import Sample, clone_value, draw_sample
+from forge.samples import Sample, TensorSpec, clone_value, draw_sample, map_values
 
-__all__ = ["validate"]
+__all__ = [
+    "LARGE_INPUT_BYTES",
+    "LARGE_INPUT_FRESH_ROUNDS",
+    "ValidationReport",
+    "fresh_rounds_for",
+    "sample_input_bytes",
+    "validate",
+    "validate_report",
+]
 
 logger = logging.getLogger(__name__)
 
 _MAX_ERRORS_PER_CASE = 8
 _MAX_ERRORS = 64
 _MAX_MESSAGE_CHARS = 1000
+# Samples whose tensor inputs exceed this many bytes get at most LARGE_INPUT_FRESH_ROUNDS fresh draws (see the
+# module docstring for why).
+LARGE_INPUT_BYTES = 1 << 30
+LARGE_INPUT_FRESH_ROUNDS = 1
 
 
 @dataclass(frozen=True)
@@ -118,6 +161,49 @@ class _CandidateState:
     dispatch_usable: bool = True
 
 
+@dataclass(frozen=True)
+class ValidationReport:
+    """What `validate_report` found and how much it checked.
+
+    `issues`: what `validate` returns (empty = correct). `fresh_rounds_requested`: `fresh_inputs_per_sample`;
+    `fresh_rounds_used`: per unique sample, after the cap for inputs over `LARGE_INPUT_BYTES`. `cases_checked`:
+    cases whose expectation was built and the candidate run (a case is one input: captured or a fresh draw);
+    `cases_skipped`: fresh draws the reference rejected. `largest_input_bytes` / `largest_output_bytes`: of the
+    largest case, the unit of the oracle's memory bound (see the module docstring)."""
+
+    issues: tuple[ValidationIssue, ...]
+    fresh_rounds_requested: int
+    fresh_rounds_used: tuple[int, ...]
+    cases_checked: int
+    cases_skipped: int
+    largest_input_bytes: int
+    largest_output_bytes: int
+
+    @property
+    def passed(self) -> bool:
+        return not self.issues
+
+    @property
+    def rounds_scaled_down(self) -> bool:
+        """Whether some sample got fewer fresh rounds than requested (its inputs exceed `LARGE_INPUT_BYTES`)."""
+        return any(used < self.fresh_rounds_requested for used in self.fresh_rounds_used)
+
+
+@dataclass
+class _Tally:
+    """Counts `validate_report` keeps while it runs."""
+
+    checked: int = 0
+    skipped: int = 0
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+    def record(self, input_bytes: int, output_bytes: int) -> None:
+        self.checked += 1
+        if input_bytes + output_bytes > self.input_bytes + self.output_bytes:
+            self.input_bytes, self.output_bytes = input_bytes, output_bytes
+
+
 def validate(
     reference_fn: Callable[..., Any],
     candidate: Callable[..., Any],
@@ -135,8 +221,27 @@ def validate(
 
     `samples` are unique `forge.samples.Sample`s (tensors or `TensorSpec`s; specs are drawn with the seed).
     `tolerances` overrides the per-dtype `(atol, rtol)` floors (`forge.checking.tolerance.DEFAULT_TOLERANCES`);
-    `error_factor` scales eager PyTorch's own float64 error into the allowance.
+    `error_factor` scales eager PyTorch's own float64 error into the allowance. `validate_report` also says how
+    many fresh rounds were used.
     """
+    return list(validate_report(
+        reference_fn, candidate, samples, fresh_inputs_per_sample=fresh_inputs_per_sample, seed=seed,
+        tolerances=tolerances, error_factor=error_factor, require_deterministic=require_deterministic,
+    ).issues)
+
+
+def validate_report(
+    reference_fn: Callable[..., Any],
+    candidate: Callable[..., Any],
+    samples: Sequence[Sample],
+    *,
+    fresh_inputs_per_sample: int = 2,
+    seed: int = 0,
+    tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
+    error_factor: float = 4.0,
+    require_deterministic: bool = True,
+) -> ValidationReport:
+    """`validate`, returning a `ValidationReport` (the issues, the fresh rounds used, the problem's size)."""
     if not callable(reference_fn) or not callable(candidate):
         raise TypeError("validate(reference_fn, candidate, samples): reference_fn and candidate must be callables")
     if isinstance(fresh_inputs_per_sample, bool) or not isinstance(fresh_inputs_per_sample, int):
@@ -159,6 +264,27 @@ def validate(
                              float(error_factor), require_deterministic, state)
 
 
+def sample_input_bytes(sample: Sample) -> int:
+    """Bytes of a sample's tensor inputs (tensors and `TensorSpec`s, as laid out: numel times element size)."""
+    sizes: list[int] = []
+
+    def visit(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            sizes.append(value.numel() * value.element_size())
+        elif isinstance(value, TensorSpec):
+            sizes.append(math.prod(value.shape) * torch.empty((), dtype=value.dtype).element_size())
+        return value
+
+    map_values((tuple(sample.args), dict(sample.kwargs)), visit)
+    return sum(sizes)
+
+
+def fresh_rounds_for(requested: int, input_bytes: int) -> int:
+    """Fresh draws for a sample with `input_bytes` of inputs: `requested`, capped at `LARGE_INPUT_FRESH_ROUNDS`
+    above `LARGE_INPUT_BYTES` (see the module docstring)."""
+    return min(requested, LARGE_INPUT_FRESH_ROUNDS) if input_bytes > LARGE_INPUT_BYTES else requested
+
+
 def _validate_all(
     reference_fn: Callable[..., Any],
     candidate: Callable[..., Any],
@@ -169,20 +295,27 @@ def _validate_all(
     error_factor: float,
     require_deterministic: bool,
     state: _CandidateState,
-) -> list[ValidationIssue]:
+) -> ValidationReport:
     errors: list[ValidationIssue] = []
+    rounds_used: list[int] = []
+    tally = _Tally()
     for index, sample in enumerate(unique):
         generator = torch.Generator().manual_seed(seed + index)
-        captured = _harness_step("drawing the inputs", lambda: materialise(sample, generator))  # noqa: B023
-        cases = [("captured", captured)]
-        cases += [(f"fresh #{j + 1}", None) for j in range(fresh_inputs_per_sample)]
-        for label, case in cases:
-            if case is None:
-                case = _harness_step("drawing the inputs", lambda: draw_sample(sample, generator))  # noqa: B023
+        rounds = fresh_rounds_for(fresh_inputs_per_sample, sample_input_bytes(sample))
+        if rounds < fresh_inputs_per_sample:
+            logger.info("sample %d: inputs over %d bytes, %d fresh round(s) instead of %d", index, LARGE_INPUT_BYTES,
+                        rounds, fresh_inputs_per_sample)
+        rounds_used.append(rounds)
+        for round_index in range(rounds + 1):
+            label = "captured" if round_index == 0 else f"fresh #{round_index}"
+            draw = materialise if round_index == 0 else draw_sample
+            case = _harness_step("drawing the inputs", lambda: draw(sample, generator))  # noqa: B023
             prefix = f"sample {index} ({label}) {case.describe()}"
             case_errors = _validate_case(
-                reference_fn, candidate, case, label == "captured", table, error_factor, require_deterministic, state,
+                reference_fn, candidate, case, round_index == 0, table, error_factor, require_deterministic, state,
+                tally,
             )
+            del case  # a drawn case is released before the next one is drawn
             if len(case_errors) > _MAX_ERRORS_PER_CASE:
                 hidden = len(case_errors) - _MAX_ERRORS_PER_CASE
                 more = ValidationIssue(f"... and {hidden} more problems", kind=case_errors[-1].kind)
@@ -192,7 +325,8 @@ def _validate_all(
         hidden = len(errors) - _MAX_ERRORS
         more = ValidationIssue(f"... and {hidden} more errors not shown", kind=errors[-1].kind)
         errors = errors[:_MAX_ERRORS] + [more]
-    return errors
+    return ValidationReport(tuple(errors), fresh_inputs_per_sample, tuple(rounds_used), tally.checked, tally.skipped,
+                            tally.input_bytes, tally.output_bytes)
 
 
 def _harness_step(what: str, step: Callable[[], Any]) -> Any:
@@ -204,18 +338,11 @@ def _harness_step(what: str, step: Callable[[], Any]) -> Any:
                            out_of_memory=is_memory_exhaustion(exc)) from exc
 
 
-def _validate_case(
-    reference_fn: Callable[..., Any],
-    candidate: Callable[..., Any],
-    case: Sample,
-    captured: bool,
-    table: Mapping[torch.dtype, tuple[float, float]],
-    error_factor: float,
-    require_deterministic: bool,
-    state: _CandidateState,
-) -> list[ValidationIssue]:
+def _build_expectation(reference_fn: Callable[..., Any], case: Sample, captured: bool,
+                       table: Mapping[torch.dtype, tuple[float, float]], error_factor: float) -> Expectation | None:
+    """The case's expectation; None for a fresh draw the reference rejects; `HarnessError` for our failures."""
     try:
-        expectation = build_expectation(reference_fn, case, table, error_factor)
+        return build_expectation(reference_fn, case, table, error_factor)
     except ReferenceFailure as exc:
         cause = exc.__cause__ if exc.__cause__ is not None else exc
         out_of_memory = is_memory_exhaustion(cause)
@@ -225,13 +352,32 @@ def _validate_case(
             raise HarnessError(f"the reference {what} on a {kind} ({_clip(str(exc))}); the candidate cannot be "
                                "judged", out_of_memory=out_of_memory) from cause
         logger.debug("skipping a drawn input the reference rejects: %s", exc)
-        return []
+        return None
     except Exception as exc:  # noqa: BLE001 - the expectation is ours to build
         raise HarnessError(f"the harness failed building the expected results: {type(exc).__name__}: "
                            f"{_clip(str(exc))}", out_of_memory=is_memory_exhaustion(exc)) from exc
 
-    metas = [(m.shape, m.dtype, m.device) for _, m in expectation.output_metas()]
-    runs: list[_RunResult] = []
+
+def _validate_case(
+    reference_fn: Callable[..., Any],
+    candidate: Callable[..., Any],
+    case: Sample,
+    captured: bool,
+    table: Mapping[torch.dtype, tuple[float, float]],
+    error_factor: float,
+    require_deterministic: bool,
+    state: _CandidateState,
+    tally: _Tally,
+) -> list[ValidationIssue]:
+    expectation = _build_expectation(reference_fn, case, captured, table, error_factor)
+    if expectation is None:
+        tally.skipped += 1
+        return []
+    output_metas = [m for _, m in expectation.output_metas()]
+    tally.record(tensor_bytes((tuple(case.args), dict(case.kwargs))),
+                 sum(math.prod(m.shape) * torch.empty((), dtype=m.dtype).element_size() for m in output_metas))
+    metas = [(m.shape, m.dtype, m.device) for m in output_metas]
+    checker = _RunChecker(expectation, case, require_deterministic)
     for plan in _RUN_PLANS:
         if plan.dispatch and not state.dispatch_usable:
             continue
@@ -247,14 +393,20 @@ def _validate_case(
                 )
                 state.dispatch_usable = False
                 result = retry
+            del retry
         if result.error is not None:
-            on_run = "" if not runs else f" on {plan.label}"
+            on_run = "" if not checker.runs else f" on {plan.label}"
             return [ValidationIssue(f"candidate raised {result.error}{on_run}", kind=Outcome.RUNTIME_ERROR,
                                     run=plan.label, exception_type=result.exception_type)]
-        runs.append(result)
+        _checking(checker.check, result)
+        del result  # the output and the input clones go before the next run (see _RunChecker for what stays)
+    return _checking(checker.issues)
 
+
+def _checking(step: Callable[..., Any], *args: Any) -> Any:
+    """Run one of our checks of a structurally matching result; its failure is a `HarnessError`."""
     try:
-        return _check_runs(expectation, case, runs, require_deterministic)
+        return step(*args)
     except Exception as exc:  # noqa: BLE001 - the structure matched, so a failing check is ours
         logger.warning("could not check a candidate result", exc_info=True)
         raise HarnessError(f"the harness failed checking the candidate's result: {type(exc).__name__}: "
@@ -269,9 +421,13 @@ def _run_candidate(
 ) -> _RunResult:
     inputs = _harness_step("copying the inputs", lambda: Sample(clone_value(tuple(case.args)),
                                                                 clone_value(dict(case.kwargs))))
-    _harness_step("poisoning the allocator", lambda: poison_allocator(metas, plan.pattern))
+    remote = remote_of(candidate)  # runs in another process, which poisons its own allocator (forge.checking.remote)
+    if remote is None:
+        _harness_step("poisoning the allocator", lambda: poison_allocator(metas, plan.pattern))
     try:
-        if plan.dispatch:
+        if remote is not None:
+            output = remote.call(inputs, plan.pattern, plan.dispatch, metas)
+        elif plan.dispatch:
             with PoisonFreshAllocations(plan.pattern):
                 output = call_quietly(candidate, inputs)
         else:
@@ -301,62 +457,162 @@ def _mismatch(message: str, **fields: Any) -> ValidationIssue:
     return ValidationIssue(message, kind=Outcome.MISMATCH, **fields)
 
 
-def _check_runs(
-    expectation: Expectation, case: Sample, runs: list[_RunResult], require_deterministic: bool
-) -> list[ValidationIssue]:
-    expected = expectation.unseal()
-    per_run: list[list[ValidationIssue]] = []
-    structurally_ok: list[_RunResult] = []
-    for run in runs:
-        structure = structure_errors(expectation.skeleton, run.output, "output")
+def _run_name(plan: _RunPlan) -> str:
+    return plan.label.split(" (")[0]
+
+
+class _StrongRef:
+    """Stands in for `StorageWeakRef` where torch lacks it: keeps the storage alive (the old, costlier check)."""
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+
+    def expired(self) -> bool:
+        return False
+
+
+def _storage_ref(tensor: torch.Tensor) -> Any:
+    try:
+        from torch.multiprocessing.reductions import StorageWeakRef
+    except ImportError:  # pragma: no cover - present in every torch this project supports
+        return _StrongRef(tensor.untyped_storage())
+    return StorageWeakRef(tensor.untyped_storage())
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """An output storage an earlier run returned: the run, the leaf, and a weak reference to the storage."""
+
+    run_name: str
+    locator: str
+    ref: Any
+
+    def alive(self) -> bool:
+        return not self.ref.expired()
+
+
+@dataclass
+class _FirstRun:
+    """The first structurally correct run of a kind: its fingerprints, or (non-deterministic mode) the run."""
+
+    plan: _RunPlan
+    fingerprints: dict[str, torch.Tensor] = field(default_factory=dict)
+    run: _RunResult | None = None
+
+
+class _RunChecker:
+    """Checks each run of one case as soon as it finishes, keeping only what later runs are compared with: weak
+    references to earlier output storages, the fingerprints of the first run of each kind (or, when
+    `require_deterministic` is off, that run itself), and the problems found, composed by `issues()` at the end."""
+
+    def __init__(self, expectation: Expectation, case: Sample, require_deterministic: bool) -> None:
+        self.expectation = expectation
+        self.case = case
+        self.require_deterministic = require_deterministic
+        self.runs = 0
+        self.checked: list[tuple[_RunPlan, list[ValidationIssue]]] = []
+        self.reused: list[ValidationIssue] = []
+        self.nondeterministic: dict[bool, list[ValidationIssue]] = {False: [], True: []}
+        self._owners: dict[int, _Owner] = {}
+        self._firsts: dict[bool, _FirstRun] = {}
+
+    def check(self, run: _RunResult) -> None:
+        self.runs += 1
+        structure = structure_errors(self.expectation.skeleton, run.output, "output")
         if structure:
-            per_run.append([_mismatch(p, leaf=p.split(":", 1)[0]) for p in structure])
-        else:
-            per_run.append(_check_one_run(expectation, expected, case, run))
-            structurally_ok.append(run)
-    errors: list[ValidationIssue] = []
-    failing = [i for i, problems in enumerate(per_run) if problems]
-    if failing:
-        first = failing[0]
-        hint = ""
-        if all(runs[i].plan.dispatch for i in failing):
-            hint = (
-                " (hint: the plain runs pass but runs with poisoned fresh allocations fail, so some output memory "
-                "is never written)"
-            )
-        label = runs[first].plan.label
-        errors += [p.derive(f"{label}: {p}", run=label) for p in per_run[first]]
-        others = [runs[i].plan.label.split(" (")[0] for i in failing[1:]]
-        suffix = (" (also wrong on " + ", ".join(others) + ")" if others else "") + hint
-        errors[-1] = errors[-1].derive(errors[-1] + suffix)
-    errors += _reused_output_memory(structurally_ok)
-    for plain in (True, False):
-        group = [run for run in structurally_ok if run.plan.dispatch != plain]
-        for later in group[1:]:
-            errors += _determinism_errors(expectation, expected, group[0], later, require_deterministic)
-    return errors
+            self.checked.append((run.plan, [_mismatch(p, leaf=p.split(":", 1)[0]) for p in structure]))
+            return
+        expected = self.expectation.unseal()
+        self.checked.append((run.plan, _check_one_run(self.expectation, expected, self.case, run)))
+        self.reused += self._reused_output_memory(run)
+        self.nondeterministic[run.plan.dispatch] += self._determinism_errors(expected, run)
 
+    def issues(self) -> list[ValidationIssue]:
+        errors: list[ValidationIssue] = []
+        failing = [(plan, problems) for plan, problems in self.checked if problems]
+        if failing:
+            first_plan, first_problems = failing[0]
+            hint = ""
+            if all(plan.dispatch for plan, _ in failing):
+                hint = (
+                    " (hint: the plain runs pass but runs with poisoned fresh allocations fail, so some output "
+                    "memory is never written)"
+                )
+            label = first_plan.label
+            errors += [p.derive(f"{label}: {p}", run=label) for p in first_problems]
+            others = [_run_name(plan) for plan, _ in failing[1:]]
+            suffix = (" (also wrong on " + ", ".join(others) + ")" if others else "") + hint
+            errors[-1] = errors[-1].derive(errors[-1] + suffix)
+        return errors + self.reused + self.nondeterministic[False] + self.nondeterministic[True]
 
-def _reused_output_memory(runs: list[_RunResult]) -> list[ValidationIssue]:
-    """Outputs of different calls must not share memory: a caller keeps earlier results while calling again."""
-    owners: dict[int, tuple[str, str]] = {}
-    errors: list[ValidationIssue] = []
-    for run in runs:
-        run_name = run.plan.label.split(" (")[0]
+    def _reused_output_memory(self, run: _RunResult) -> list[ValidationIssue]:
+        """Outputs of different calls must not share memory: a caller keeps earlier results while calling again.
+        A storage an earlier run returned that is still alive (we released ours) is held by the candidate."""
+        run_name = _run_name(run.plan)
+        errors: list[ValidationIssue] = []
         for locator, tensor in iter_tensor_leaves(run.output, "output"):
             pointer = storage_ptr(tensor) if tensor.numel() else 0
             if not pointer:
                 continue
-            owner = owners.get(pointer)
-            if owner is not None and owner[0] != run_name:
+            owner = self._owners.get(pointer)
+            if owner is not None and owner.run_name != run_name and owner.alive():
                 errors.append(_mismatch(
-                    f"{locator}: {run_name} returned the same memory as {owner[0]} ({owner[1]}): the candidate reuses "
-                    "an output buffer across calls, so a later call overwrites a result the caller still holds",
-                    leaf=locator, run=run.plan.label,
+                    f"{locator}: {run_name} returned the same memory as {owner.run_name} ({owner.locator}): the "
+                    "candidate reuses an output buffer across calls, so a later call overwrites a result the caller "
+                    "still holds", leaf=locator, run=run.plan.label,
                 ))
                 break
-            owners.setdefault(pointer, (run_name, locator))
-    return errors
+            if owner is None or not owner.alive():
+                self._owners[pointer] = _Owner(run_name, locator, _storage_ref(tensor))
+        return errors
+
+    def _determinism_errors(self, expected: dict[str, torch.Tensor], run: _RunResult) -> list[ValidationIssue]:
+        kind = run.plan.dispatch
+        first = self._firsts.get(kind)
+        if self.require_deterministic:
+            prints = {name: fingerprint(t) for name, t in _compared_leaves(self.expectation, run)}
+            if first is None:
+                self._firsts[kind] = _FirstRun(run.plan, fingerprints=prints)
+                return []
+            shapes = {name: tuple(as_real(t).shape) for name, t in _compared_leaves(self.expectation, run)}
+            names = (_run_name(first.plan), _run_name(run.plan))
+            problems = [(name, fingerprint_mismatch(first.fingerprints[name], prints[name], shapes[name], names))
+                        for name in prints]
+        else:
+            if first is None:
+                self._firsts[kind] = _FirstRun(run.plan, run=run)
+                return []
+            assert first.run is not None
+            problems = _within_allowance(self.expectation, expected, first.run, run)
+        return [
+            _mismatch(f"{run.plan.label} vs {first.plan.label}: {name}: identical calls gave different results "
+                      f"(non-deterministic or stateful kernel): {problem}", leaf=name.removeprefix("input "),
+                      run=run.plan.label)
+            for name, problem in problems if problem
+        ]
+
+
+def _compared_leaves(expectation: Expectation, run: _RunResult) -> list[tuple[str, torch.Tensor]]:
+    """What runs of one kind must agree on: the output leaves and the inputs the reference mutates."""
+    leaves = list(iter_tensor_leaves(run.output, "output"))
+    return leaves + [(f"input {loc}", run.inputs[loc]) for loc in expectation.mutated_inputs]
+
+
+def _within_allowance(
+    expectation: Expectation, expected: dict[str, torch.Tensor], first: _RunResult, later: _RunResult
+) -> list[tuple[str, str | None]]:
+    """Non-deterministic mode: floating leaves within the allowance of the first run, others bitwise."""
+    firsts = dict(_compared_leaves(expectation, first))
+    problems: list[tuple[str, str | None]] = []
+    for name, b in _compared_leaves(expectation, later):
+        a = firsts[name]
+        locator = name.removeprefix("input ")
+        if expectation.leaf_kinds.get(locator) != LeafKind.FLOAT:
+            problems.append((name, bits_mismatch(a, b, (_run_name(first.plan), _run_name(later.plan)))))
+            continue
+        a_real = as_real(a.detach())
+        problems.append((name, float_mismatch(b, a_real, expected[f"{locator}/allowed"], special_codes(a_real))))
+    return problems
 
 
 def _check_one_run(
@@ -371,9 +627,8 @@ def _check_one_run(
         if kind == LeafKind.EXACT:
             problem = exact_mismatch_issue(value, expected[f"{locator}/exact"])
         else:
-            problem = float_mismatch_issue(
-                value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"], expected[f"{locator}/special"]
-            )
+            problem = float_mismatch_issue(value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"],
+                                           expected.get(f"{locator}/special"))
         if problem:
             name = locator if is_output else f"input {locator} (updated in place by the reference)"
             errors.append(problem.derive(f"{name}: {problem}", leaf=locator))
@@ -390,33 +645,4 @@ def _check_one_run(
             errors.append(_mismatch(
                 f"{out_locator}: the reference updates input {in_locator} in place and returns it, but the "
                 "candidate's output does not share that input's memory", leaf=out_locator))
-    return errors
-
-
-def _determinism_errors(
-    expectation: Expectation,
-    expected: dict[str, torch.Tensor],
-    first: _RunResult,
-    later: _RunResult,
-    require_deterministic: bool,
-) -> list[ValidationIssue]:
-    first_got = dict(iter_tensor_leaves(first.output, "output"))
-    later_got = dict(iter_tensor_leaves(later.output, "output"))
-    leaves = [(loc, first_got[loc], later_got[loc]) for loc in first_got]
-    leaves += [(f"input {loc}", first.inputs[loc], later.inputs[loc]) for loc in expectation.mutated_inputs]
-    errors: list[ValidationIssue] = []
-    for name, a, b in leaves:
-        locator = name.removeprefix("input ")
-        if require_deterministic or expectation.leaf_kinds.get(locator) != LeafKind.FLOAT:
-            problem = bits_mismatch(a, b, (first.plan.label.split(" (")[0], later.plan.label.split(" (")[0]))
-        else:
-            a64 = a.detach().to(torch.float64) if not a.is_complex() else torch.view_as_real(a).to(torch.float64)
-            special = special_codes(a64)
-            problem = float_mismatch(
-                b, torch.where(special == FINITE, a64, torch.zeros_like(a64)), expected[f"{locator}/allowed"], special
-            )
-        if problem:
-            errors.append(_mismatch(
-                f"{later.plan.label} vs {first.plan.label}: {name}: identical calls gave different results "
-                f"(non-deterministic or stateful kernel): {problem}", leaf=locator, run=later.plan.label))
     return errors
