@@ -23,7 +23,10 @@ sample's specs (seeded: `seed + sample index`; fewer for large inputs, see below
 5. Runs of the same kind (plain vs plain, poisoned vs poisoned) must agree bitwise (NaN-aware) when
    `require_deterministic`, compared by `forge.checking.compare.fingerprint` (128 bits per piece of 1M-16M
    elements) instead of keeping the first run's output; else within the allowance, keeping the first output of
-   each kind.
+   each kind. Bitwise agreement is waived (each run still matched the float64 reference) for trusted compilers
+   and where the reference itself gives different bits on identical calls (re-run up to 4 times, only when the
+   runs disagree): measured on two H200s, torch.compile'd SDPA (GQA decode, bf16) gave one element of 131,072
+   one ulp apart between two identical calls and failed by chance.
 
 Memory (issue 8: GroupNorm over [112, 64, 512, 512] fp32, 7.5 GB per input, held 131 GB of references, copies,
 four run outputs and poison and ran out of memory on a 141 GB H200). With I and O the bytes of the problem's inputs
@@ -258,7 +261,10 @@ def validate_report(
     # Trusted compilers opt out of the dispatch-mode runs: a torch.compile'd function called under a
     # TorchDispatchMode is recompiled into a different (eager-like) graph, which would then be what gets
     # benchmarked. Such candidates still get the plain runs and, on CUDA, the poisoned allocator.
-    state = _CandidateState(dispatch_usable=bool(getattr(candidate, "allows_dispatch_poisoning", True)))
+    trusted_compiler = not getattr(candidate, "allows_dispatch_poisoning", True)
+    state = _CandidateState(dispatch_usable=not trusted_compiler)
+    # PyTorch's own kernels (torch.compile) are as deterministic as PyTorch: agreement within the allowance.
+    require_deterministic = require_deterministic and not trusted_compiler
     with watch_interrupts():  # a KeyboardInterrupt raised by the candidate is contained, the user's Ctrl-C is not
         return _validate_all(reference_fn, CandidateCall(candidate), unique, fresh_inputs_per_sample, seed, table,
                              float(error_factor), require_deterministic, state)
@@ -377,7 +383,8 @@ def _validate_case(
     tally.record(tensor_bytes((tuple(case.args), dict(case.kwargs))),
                  sum(math.prod(m.shape) * torch.empty((), dtype=m.dtype).element_size() for m in output_metas))
     metas = [(m.shape, m.dtype, m.device) for m in output_metas]
-    checker = _RunChecker(expectation, case, require_deterministic)
+    checker = _RunChecker(expectation, case, require_deterministic,
+                          reference_varies=lambda: _reference_varies(reference_fn, case))
     for plan in _RUN_PLANS:
         if plan.dispatch and not state.dispatch_usable:
             continue
@@ -505,10 +512,12 @@ class _RunChecker:
     references to earlier output storages, the fingerprints of the first run of each kind (or, when
     `require_deterministic` is off, that run itself), and the problems found, composed by `issues()` at the end."""
 
-    def __init__(self, expectation: Expectation, case: Sample, require_deterministic: bool) -> None:
+    def __init__(self, expectation: Expectation, case: Sample, require_deterministic: bool,
+                 reference_varies: Callable[[], bool] = lambda: False) -> None:
         self.expectation = expectation
         self.case = case
         self.require_deterministic = require_deterministic
+        self.reference_varies = reference_varies
         self.runs = 0
         self.checked: list[tuple[_RunPlan, list[ValidationIssue]]] = []
         self.reused: list[ValidationIssue] = []
@@ -543,7 +552,14 @@ class _RunChecker:
             others = [_run_name(plan) for plan, _ in failing[1:]]
             suffix = (" (also wrong on " + ", ".join(others) + ")" if others else "") + hint
             errors[-1] = errors[-1].derive(errors[-1] + suffix)
-        return errors + self.reused + self.nondeterministic[False] + self.nondeterministic[True]
+        nondeterministic = self.nondeterministic[False] + self.nondeterministic[True]
+        if nondeterministic and not errors and self.reference_varies():
+            # PyTorch itself gives different bits on identical calls here (atomics, split reductions): every run
+            # already matched the float64 reference within the allowance, so bitwise agreement is not required.
+            logger.info("runs differ bitwise but so does the reference on the same inputs; not held against the "
+                        "candidate: %s", nondeterministic[0])
+            nondeterministic = []
+        return errors + self.reused + nondeterministic
 
     def _reused_output_memory(self, run: _RunResult) -> list[ValidationIssue]:
         """Outputs of different calls must not share memory: a caller keeps earlier results while calling again.
@@ -590,6 +606,25 @@ class _RunChecker:
                       run=run.plan.label)
             for name, problem in problems if problem
         ]
+
+
+def _reference_varies(reference_fn: Callable[..., Any], case: Sample, calls: int = 4) -> bool:
+    """Whether the reference itself returns different bits on identical calls with these inputs (up to `calls`
+    calls, each on fresh clones); asked only when a candidate's runs disagree."""
+    first: list[torch.Tensor] | None = None
+    for _ in range(calls):
+        inputs = Sample(clone_value(tuple(case.args)), clone_value(dict(case.kwargs)))
+        try:
+            output = call_quietly(reference_fn, inputs)
+            synchronize_devices(inputs, output)
+        except Exception:  # noqa: BLE001 - a reference that fails here was judged elsewhere; no waiver
+            return False
+        prints = [fingerprint(t) for _, t in iter_tensor_leaves(output, "output")]
+        if first is None:
+            first = prints
+        elif any(not torch.equal(a, b) for a, b in zip(first, prints, strict=True)):
+            return True
+    return False
 
 
 def _compared_leaves(expectation: Expectation, run: _RunResult) -> list[tuple[str, torch.Tensor]]:
