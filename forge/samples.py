@@ -245,29 +245,38 @@ class TensorSpec:
     ) -> torch.Tensor:
         """A fresh random tensor with this spec's shape, dtype, strides and storage offset.
 
-        Values are drawn on the CPU with `generator` (so a seed gives the same tensor on any device), then
-        moved to `device` (default: the spec's device). `widen`: draw floating values wider than the captured
-        distribution (see `Widening`).
+        Values are drawn with `generator` on the CPU, then moved to `device` (default: the spec's device); for a
+        CUDA target they are drawn on the device itself, with a CUDA generator seeded from one draw of
+        `generator` (as reproducible for a seed and device; CPU draws then copies of KernelBench's 1.6G-element
+        inputs took about 10 s each and made a problem's validation run past 4 minutes on an H200). `widen`: draw
+        floating values wider than the captured distribution (see `Widening`).
         """
         target = torch.device(device if device is not None else self.device)
         size = max(self.storage_size(), 1)
+        on = "cpu"
+        if target.type == "cuda" and (generator is None or generator.device.type != "cuda"):
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+            generator, on = torch.Generator(device=target).manual_seed(seed), target
+        elif generator is not None:
+            on = generator.device
         if self.dtype == torch.bool:
             lo, hi = int(self.low if self.low is not None else 0), int(self.high if self.high is not None else 1)
-            flat = torch.randint(lo, hi + 1, (size,), generator=generator).to(torch.bool)
+            flat = torch.randint(lo, hi + 1, (size,), generator=generator, device=on).to(torch.bool)
         elif self.dtype.is_floating_point:
             mean = self.mean if self.mean is not None and math.isfinite(self.mean) else 0.0
             std = self.std if self.std is not None and math.isfinite(self.std) and self.std > 1e-12 else 1.0
             if widen is None:
-                flat = (torch.randn((size,), generator=generator, dtype=torch.float32) * std + mean).to(self.dtype)
+                flat = (torch.randn((size,), generator=generator, dtype=torch.float32, device=on) * std
+                        + mean).to(self.dtype)
             else:
-                flat = _wide_values(size, mean, std, self.dtype, widen, generator)
+                flat = _wide_values(size, mean, std, self.dtype, widen, generator, on)
         elif self.dtype.is_complex:
-            flat = torch.randn((size,), generator=generator, dtype=self.dtype)
+            flat = torch.randn((size,), generator=generator, dtype=self.dtype, device=on)
         else:
             info = torch.iinfo(self.dtype)
             lo = int(self.low) if self.low is not None else max(info.min, -100)
             hi = int(self.high) if self.high is not None else min(info.max, 100)
-            flat = torch.randint(lo, hi + 1, (size,), generator=generator, dtype=torch.int64).to(self.dtype)
+            flat = torch.randint(lo, hi + 1, (size,), generator=generator, dtype=torch.int64, device=on).to(self.dtype)
         flat = flat.to(target)
         return flat.as_strided(self.shape, self.stride, self.storage_offset)
 
@@ -477,13 +486,14 @@ def draw_sample(
 
 
 def _wide_values(
-    size: int, mean: float, std: float, dtype: torch.dtype, widen: Widening, generator: torch.Generator | None
+    size: int, mean: float, std: float, dtype: torch.dtype, widen: Widening, generator: torch.Generator | None,
+    device: Any = "cpu",
 ) -> torch.Tensor:
-    """`size` floating values drawn per `widen` (see `Widening`), in float64 then cast to `dtype`."""
+    """`size` floating values drawn per `widen` (see `Widening`) on `device`, in float64 then cast to `dtype`."""
     wide_std = max(std * widen.spread, widen.min_std)
-    deviation = torch.randn((size,), generator=generator, dtype=torch.float64) * wide_std
+    deviation = torch.randn((size,), generator=generator, dtype=torch.float64, device=device) * wide_std
     if widen.outlier_fraction > 0 and widen.outlier_scale != 1:
-        outliers = torch.rand((size,), generator=generator, dtype=torch.float64) < widen.outlier_fraction
+        outliers = torch.rand((size,), generator=generator, dtype=torch.float64, device=device) < widen.outlier_fraction
         deviation = torch.where(outliers, deviation * widen.outlier_scale, deviation)
     largest = float(torch.finfo(dtype).max)
     limit = min(largest / 64, math.sqrt(largest))  # squares stay finite (fp16: |x| <= 255)

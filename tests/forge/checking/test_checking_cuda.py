@@ -115,3 +115,14 @@ def test_cuda_empty_kernel_launch_cost():
     cost = empty_kernel_launch_us("cuda")
     print("empty kernel launch", cost, "us")
     assert 0 < cost < 1e4
+
+
+def test_fresh_inputs_for_a_cuda_target_are_drawn_on_the_device_and_repeat_for_a_seed():
+    from forge.samples import TensorSpec, Widening
+
+    spec = TensorSpec.of(torch.randn(64, 1024))
+    for widen in (None, Widening()):
+        a = spec.draw(torch.Generator().manual_seed(1), device="cuda", widen=widen)
+        b = spec.draw(torch.Generator().manual_seed(1), device="cuda", widen=widen)
+        c = spec.draw(torch.Generator().manual_seed(2), device="cuda", widen=widen)
+        assert a.is_cuda and torch.equal(a, b) and not torch.equal(a, c)
