@@ -1,14 +1,21 @@
-"""Sandbox child: `python -m agent.sandbox.child <run folder>` checks one candidate and writes `result.json`.
+"""Sandbox child: `python -m agent.sandbox.child <run folder> <channel fd>` runs one candidate for the harness.
 
-Steps: apply resource limits; load the job and the samples (moved to the job's device); bind the harness's
-`validate`/`benchmark` and the original PyTorch function before any candidate code runs; import the candidate file
-(a failure is a `compile_error`); run `validate` (wrong results: `mismatch`, with the oracle's structured issues
-and the worst elements as `details["mismatches"]` rows for the fix prompt's table; the candidate raised:
-`runtime_error`, or `compile_error` when the language says the exception is its compiler's); then, if asked,
-benchmark the candidate and the original function on the same distribution; write the verdict atomically. A
-failure of the harness itself (the reference raising or running out of memory: `forge.outcome.HarnessError`; any
-other exception outside the candidate's code) is `harness_error`, never `crash`: the candidate is not blamed for it.
-A signal or a hang is classified by the parent, which also owns the wall-clock limit.
+The child never judges. It applies the resource limits, loads the job and the benchmark samples (written by the
+parent, read before any candidate code runs), imports the candidate (a failure is a `compile_error`, reported to the
+parent), then serves the parent's requests on the inherited socket (`agent.sandbox.wire`) until told to exit:
+
+- `call`: run the candidate on the inputs the parent sent, with the parent's run plan (poison the allocator for the
+  expected outputs, and when asked run under `PoisonFreshAllocations`); reply with the outputs as data, the input
+  storages the call changed, which outputs alias an input of this call, and which output storages the candidate
+  still holds from earlier calls (storage tokens), so the parent's oracle sees the same memory identity. A raised
+  exception (its `SystemExit` and `KeyboardInterrupt` included) is replied with its classification by the language
+  (`compile_error` or `runtime_error`) and the traceback for the fix prompt.
+- `benchmark`: time the candidate and the original function here (the old path); only feedback for the model, as a
+  kernel controls this process and its clocks.
+
+The comparison and the verdict are computed in the parent (`agent.sandbox.harness`), which this process cannot
+write to: a kernel that writes a `result.json`, or patches torch or the comparison code here, changes nothing the
+parent reads. A signal, a hang or an exit mid-call is classified by the parent from how the process ended.
 """
 
 from __future__ import annotations
@@ -22,12 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, RESULT_FILE, read_json, write_json_atomic
+from agent.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, read_json
 
-__all__ = ["apply_limits", "is_device_fault", "main", "run_job"]
+__all__ = ["apply_limits", "is_device_fault", "main", "serve"]
 
 _TRACEBACK_CHARS = 4000
-_MISMATCH_ROWS = 8
 _LOG_CHARS = 4000
 _MESSAGE_CHARS = 300
 
@@ -118,174 +124,293 @@ def _failure(language: Any, exc: BaseException, tb_text: str | None, phase: str,
     return {"status": kind, "message": message, "details": details}
 
 
-def _mismatch_rows(issues: list[Any]) -> list[dict[str, Any]]:
-    """The worst elements of the first value mismatches, as JSON-safe table rows (sample, input, output, index,
-    expected, actual, abs_diff, allowed)."""
-    rows: list[dict[str, Any]] = []
-    for issue in issues:
-        for row in issue.table_rows():
-            if len(rows) >= _MISMATCH_ROWS:
-                return rows
-            rows.append({k: (list(v) if isinstance(v, tuple) else _json_value(v)) for k, v in row.items()})
-    return rows
+@dataclasses.dataclass
+class _Job:
+    """What the child loaded before any candidate code ran."""
+
+    language: Any
+    reference: Callable[..., Any]
+    device: str
+    utils: Any
+    samples: list[Any]
+    counts: list[int] | None
+    max_reply_bytes: int | None
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return "NaN"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "+inf" if value > 0 else "-inf"
-    return value
-
-
-def run_job(folder: Path, job: dict[str, Any]) -> dict[str, Any]:
-    """Everything after the limits; returns the verdict dict written to result.json."""
+def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
     import torch
 
     from agent.languages import get_language
     from forge.checking import KernelUtils
-    from forge.checking.benchmarking import NotCapturableError
-    from forge.execution import TimingMode
     from forge.functional import original_function
-    from forge.outcome import HarnessError, Outcome, issue_of
     from forge.samples import Sample, clone_value
 
-    phase_s: dict[str, float] = {}
-    start = time.perf_counter()
-    language = get_language(job["language"])
-    reference = original_function(job["function_name"])
     device = job["device"]
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     inputs = torch.load(folder / INPUTS_FILE, weights_only=False)
-    utils = inputs.get("kernel_utils") or KernelUtils()
-    validate, benchmark = utils.validate, utils.benchmark  # bound before any candidate code runs
-    # Eager (host-inclusive) feedback also gets the kernel's device time, so the prompt can compare device time with
-    # the device roofline and host time with the host launch cost (like with like).
-    device_benchmark = (dataclasses.replace(utils, timing=TimingMode.DEVICE).benchmark
-                        if utils.timing is TimingMode.EAGER and device.startswith("cuda") else None)
     samples = [Sample(clone_value(tuple(a), device=device), clone_value(dict(k), device=device))
                for a, k in inputs["samples"]]
-    counts = inputs.get("counts")
-    phase_s["setup"] = time.perf_counter() - start
+    return _Job(get_language(job["language"]), original_function(job["function_name"]), device,
+                inputs.get("kernel_utils") or KernelUtils(), samples, inputs.get("counts"),
+                job.get("max_reply_bytes"))
 
-    # -- import -------------------------------------------------------------------------------------------
-    start = time.perf_counter()
-    source_path = folder / job["source_file"]
-    try:
-        entry = language.load(source_path, MODULE_NAME)
-    except BaseException as exc:  # noqa: BLE001 - anything at import is the candidate's compile failure
-        verdict = _failure(language, exc, None, "import")
-        verdict["status"] = "compile_error"
-        verdict["message"] = f"import failed: {type(exc).__name__}: {_short(str(exc))}"
-        verdict["details"]["phase_s"] = phase_s
-        return verdict
-    phase_s["import"] = time.perf_counter() - start
 
-    # -- validate -----------------------------------------------------------------------------------------
-    start = time.perf_counter()
-    candidate = _Recorder(entry)
-    try:
-        errors = list(validate(reference, candidate, samples))
-    except HarnessError as exc:
-        cause = exc.__cause__ if exc.__cause__ is not None else exc
-        if is_device_fault(cause):  # asynchronous kernel faults surface at the harness's next synchronisation
-            verdict = {"status": Outcome.RUNTIME_ERROR.value,
-                       "message": f"device fault after the candidate's kernels ran: {_short(str(cause))}",
-                       "details": {"phase": "validation", "device_fault": True,
-                                   "exception": _exception_details(cause)}}
-        else:
-            verdict = {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {_short(exc.reason)}",
-                       "details": {"phase": "validation", "out_of_memory": exc.out_of_memory,
-                                   "harness_error": _exception_details(cause)}}
-        verdict["details"]["phase_s"] = phase_s
-        return verdict
-    except BaseException as exc:  # noqa: BLE001 - validate raises only on harness problems or BaseException
-        if candidate.exception is not None:
-            verdict = _failure(language, candidate.exception, candidate.traceback, "validation")
-        elif is_device_fault(exc):
-            # Kernel faults are asynchronous: they surface at the harness's next synchronisation.
-            verdict = {"status": "runtime_error",
-                       "message": f"device fault after the candidate's kernels ran: {_short(str(exc))}",
-                       "details": {"phase": "validation", "device_fault": True,
-                                   "exception": _exception_details(exc)}}
-        else:
-            raise RuntimeError(f"validate failed: {type(exc).__name__}: {exc}") from exc
-        verdict["details"]["phase_s"] = phase_s
-        return verdict
-    phase_s["validate"] = time.perf_counter() - start
-    if errors:
-        issues = [issue_of(e) for e in errors]
-        found = {"errors": [str(e) for e in errors], "issues": [i.to_dict() for i in issues],
-                 "mismatches": _mismatch_rows(issues)}
-        if candidate.exception is not None:
-            verdict = _failure(language, candidate.exception, candidate.traceback, "validation", **found)
-        else:
-            first = _short(errors[0], 200)
-            verdict = {"status": Outcome.MISMATCH.value,
-                       "message": f"{len(errors)} validation error(s); first: {first}",
-                       "details": {"phase": "validation", **found}}
-        verdict["details"]["phase_s"] = phase_s
-        return verdict
+def _launch_monitor(language: Any) -> Any:
+    """`language.launch_monitor()` when the language has one (the run-time launch check), else None."""
+    factory = getattr(language, "launch_monitor", None)
+    return factory() if callable(factory) else None
 
-    # -- benchmark ----------------------------------------------------------------------------------------
-    verdict: dict[str, Any] = {"status": "ok", "message": "correct on every sample", "details": {}}
-    if job.get("benchmark"):
-        start = time.perf_counter()
-        pass_samples = (utils.benchmark_distribution(list(zip(counts, samples, strict=True))) if counts
-                        else samples)
-        timed = _Recorder(entry)
+
+def _record_dict(record: Any) -> dict[str, Any] | None:
+    """A launch record as JSON data (records are dataclasses or have `to_dict`)."""
+    if record is None:
+        return None
+    if hasattr(record, "to_dict"):
+        return record.to_dict()
+    if dataclasses.is_dataclass(record):
+        return dataclasses.asdict(record)
+    return None
+
+
+class _Server:
+    """Serves `call` and `benchmark` for one imported candidate (see the module docstring)."""
+
+    def __init__(self, job: _Job, entry: Callable[..., Any], sock: Any, monitor: Any) -> None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self.job, self.entry, self.sock = job, entry, sock
+        self.weakref = StorageWeakRef
+        self.kept: dict[int, Any] = {}  # token -> weak reference to an output storage sent earlier
+        self.held: dict[int, Any] = {}  # input token -> the tensor standing for that parent tensor
+        self.next_token = 0
+        self.first_failure: dict[str, Any] | None = None
+        self.monitor = monitor
+
+    def serve(self) -> None:
+        from agent.sandbox import wire
+
+        while True:
+            header, fds = wire.recv_message(self.sock)
+            op = header.get("op")
+            if op == "exit":
+                wire._close_all(fds)
+                return
+            if op == "call":
+                reply, out_fds, keep = self.call(header, fds)
+            elif op == "benchmark":
+                wire._close_all(fds)
+                reply, out_fds, keep = self.benchmark(), [], None
+            else:
+                wire._close_all(fds)
+                raise RuntimeError(f"unknown request {op!r}")
+            try:
+                wire.send_message(self.sock, reply, out_fds)
+            finally:
+                wire._close_all(out_fds)
+            del keep, reply  # our references to the outputs go now: what stays alive, the candidate holds
+
+    # -- call -------------------------------------------------------------------------------------------
+    def _token(self, storage: Any) -> tuple[int, bool]:
+        for token, ref in self.kept.items():
+            if not ref.expired() and ref.cdata == storage._cdata:
+                return token, True
+        token, self.next_token = self.next_token, self.next_token + 1
+        self.kept[token] = self.weakref(storage)
+        return token, False
+
+    def _dead_tokens(self) -> list[int]:
+        dead = [t for t, ref in self.kept.items() if ref.expired()]
+        for token in dead:
+            del self.kept[token]
+        return dead
+
+    def call(self, header: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int], Any]:
+        """One candidate call. With a `pattern` (validate's runs): poison the allocator for `metas`, and when
+        `dispatch`, run under `PoisonFreshAllocations`. Without one (a plain call, e.g. the probes'): the same
+        tensor objects for the same parent tensors, and a thread the call leaves running is an error."""
+        import threading
+
+        import torch
+
+        from agent.sandbox import wire
+        from forge.checking.expectation import call_quietly, synchronize_devices
+        from forge.checking.poison import POISON_LARGE, POISON_NAN, PoisonFreshAllocations, poison_allocator
+        from forge.samples import Sample
+
         try:
-            latency = benchmark(timed, pass_samples)
+            specs = header["storages"]
+            if len(specs) != len(fds):
+                raise RuntimeError("storage count mismatch")
+            storages = [wire.read_storage(fd, int(s["nbytes"]), s["device"])
+                        for fd, s in zip(fds, specs, strict=True)]
+        finally:
+            wire._close_all(fds)
+        for token in header.get("forget") or ():
+            self.held.pop(token, None)
+        (args, kwargs), leaves = wire.load_inputs(header["inputs"], storages, self.held)
+        del storages
+        pattern = {p.name: p for p in (POISON_NAN, POISON_LARGE)}.get(header.get("pattern") or "")
+        metas = [(tuple(shape), getattr(torch, dtype), torch.device(device))
+                 for shape, dtype, device in header.get("metas") or ()]
+        inputs = Sample(tuple(args), dict(kwargs))
+        before: dict[Any, tuple[int, Any, Any]] = {}  # storage key -> (first leaf, storage, its bytes before)
+        for index, leaf in enumerate(leaves):
+            storage = leaf.untyped_storage()
+            key = wire.storage_key(storage)
+            if key is not None and key not in before:
+                before[key] = (index, storage, wire.storage_bytes(storage).clone())
+        dead = self._dead_tokens()
+        if pattern is not None:
+            poison_allocator(metas, pattern)
+        threads_before = set(threading.enumerate())
+        record: Any = None
+        try:
+            with _watch(self.monitor, (inputs.args, inputs.kwargs)) as record:
+                if pattern is not None and header.get("dispatch"):
+                    with PoisonFreshAllocations(pattern):
+                        output = call_quietly(self.entry, inputs)
+                else:
+                    output = call_quietly(self.entry, inputs)
+                running = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+                synchronize_devices(inputs, output)
+            if running and pattern is None:
+                raise RuntimeError(f"the call returned while a thread it started was still running "
+                                   f"({', '.join(sorted(running))[:200]}): work deferred to a background thread is "
+                                   "neither timed nor finished when the caller reads the output")
+        except BaseException as exc:  # noqa: BLE001 - the candidate's failure is reported, the server goes on
+            return self._raised(exc, record, dead), [], None
+        outbox = wire.Outbox(known={key: ["in", index] for key, (index, _, _) in before.items()},
+                             tokens=self._token, max_bytes=self.job.max_reply_bytes)
+        try:
+            tree = wire.encode_tree(output, outbox)
+            changed = [[index, outbox.attach(storage)] for index, storage, old in before.values()
+                       if not torch.equal(wire.storage_bytes(storage), old)]
+        except BaseException as exc:  # noqa: BLE001 - an output that cannot be sent is the candidate's problem
+            outbox.close()
+            return self._raised(exc, record, dead, phase="sending the outputs"), [], None
+        reply = {"op": "result", "output": tree, "storages": outbox.storages, "inputs_after": changed,
+                 "dead": dead, "launches": _record_dict(record)}
+        return reply, outbox.fds, (output, outbox.keep)
+
+    def _raised(self, exc: BaseException, record: Any, dead: list[int], phase: str = "validation"
+                ) -> dict[str, Any]:
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        tb_text = "".join(traceback.format_exception(type(exc), exc, tb))
+        failure = _failure(self.job.language, exc, tb_text, phase)
+        if is_device_fault(exc):
+            failure = {"status": "runtime_error",
+                       "message": f"device fault after the candidate's kernels ran: {_short(str(exc))}",
+                       "details": {"phase": phase, "device_fault": True, "exception": _exception_details(exc)}}
+        frames = traceback.extract_tb(tb)
+        where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+        return {"op": "raised", "type": type(exc).__name__, "message": _short(str(exc), 1000) + where,
+                "failure": failure, "dead": dead, "launches": _record_dict(record)}
+
+    # -- benchmark --------------------------------------------------------------------------------------
+    def benchmark(self) -> dict[str, Any]:
+        from forge.checking.benchmarking import NotCapturableError
+        from forge.execution import TimingMode
+
+        job, utils = self.job, self.job.utils
+        # Eager (host-inclusive) feedback also gets the kernel's device time, so the prompt can compare device time
+        # with the device roofline and host time with the host launch cost (like with like).
+        device_benchmark = (dataclasses.replace(utils, timing=TimingMode.DEVICE).benchmark
+                            if utils.timing is TimingMode.EAGER and job.device.startswith("cuda") else None)
+        pass_samples = (utils.benchmark_distribution(list(zip(job.counts, job.samples, strict=True)))
+                        if job.counts else job.samples)
+        timed = _Recorder(self.entry)
+        details: dict[str, Any] = {}
+        try:
+            latency = utils.benchmark(timed, pass_samples)
         except NotCapturableError as exc:
-            verdict = {"status": "runtime_error",
-                       "message": f"not capturable in a CUDA graph (the model runs under CUDA graphs or compile): "
-                                  f"{_short(str(exc.__cause__ or exc))}",
-                       "details": {"phase": "benchmark", "not_capturable": True, "exception": _exception_details(exc),
-                                   "phase_s": phase_s}}
-            return verdict
+            return {"op": "benchmark_failed", "failure": {
+                "status": "runtime_error",
+                "message": f"not capturable in a CUDA graph (the model runs under CUDA graphs or compile): "
+                           f"{_short(str(exc.__cause__ or exc))}",
+                "details": {"phase": "benchmark", "not_capturable": True, "exception": _exception_details(exc)}}}
         except BaseException as exc:  # noqa: BLE001
-            verdict = _failure(language, timed.exception or exc, timed.traceback or None, "benchmark")
-            verdict["details"]["phase_s"] = phase_s
-            return verdict
-        verdict["latency_ms"] = latency.to_dict()
+            return {"op": "benchmark_failed",
+                    "failure": _failure(job.language, timed.exception or exc, timed.traceback or None, "benchmark")}
         if device_benchmark is not None:
             try:
-                verdict["details"]["device_latency_ms"] = device_benchmark(timed, pass_samples).to_dict()
-            except Exception as exc:  # noqa: BLE001 - device time is extra feedback; the verdict stands without it
-                verdict["details"]["device_latency_error"] = _short(f"{type(exc).__name__}: {exc}")
+                details["device_latency_ms"] = device_benchmark(timed, pass_samples).to_dict()
+            except Exception as exc:  # noqa: BLE001 - device time is extra feedback
+                details["device_latency_error"] = _short(f"{type(exc).__name__}: {exc}")
+        baseline = None
         try:
-            verdict["baseline_ms"] = benchmark(reference, pass_samples).to_dict()
+            baseline = utils.benchmark(job.reference, pass_samples).to_dict()
         except Exception as exc:  # noqa: BLE001 - not the candidate's fault: report, keep the verdict
-            verdict["details"]["baseline_error"] = _exception_details(exc)
-        phase_s["benchmark"] = time.perf_counter() - start
-        speed = ""
-        if verdict.get("baseline_ms"):
-            speed = (f"; {verdict['latency_ms']['median_ms']:.4g} ms vs PyTorch "
-                     f"{verdict['baseline_ms']['median_ms']:.4g} ms")
-        verdict["message"] = f"correct on every sample{speed}"
-    verdict["details"]["phase_s"] = phase_s
-    return verdict
+            details["baseline_error"] = _exception_details(exc)
+        return {"op": "benchmark", "latency_ms": latency.to_dict(), "baseline_ms": baseline, "details": details}
+
+
+class _watch:  # noqa: N801 - used like a function
+    """`monitor.watch()` when there is a launch monitor, else a block that yields None."""
+
+    def __init__(self, monitor: Any, inputs: Any) -> None:
+        self.inner = monitor.watch(inputs) if monitor is not None else None
+
+    def __enter__(self) -> Any:
+        return self.inner.__enter__() if self.inner is not None else None
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.inner.__exit__(*exc) if self.inner is not None else False
+
+
+def serve(folder: Path, job: dict[str, Any], sock: Any) -> None:
+    """Load, import, report readiness (or the import failure), then serve until `exit`."""
+    from agent.sandbox import wire
+
+    phase_s: dict[str, float] = {}
+    start = time.perf_counter()
+    loaded = _load_job(folder, job)
+    phase_s["setup"] = time.perf_counter() - start
+    start = time.perf_counter()
+    monitor = _launch_monitor(loaded.language)  # before the import: it installs the language's launch hooks
+    try:
+        entry = loaded.language.load(folder / job["source_file"], MODULE_NAME)
+    except BaseException as exc:  # noqa: BLE001 - anything at import is the candidate's compile failure
+        failure = _failure(loaded.language, exc, None, "import")
+        failure["status"] = "compile_error"
+        failure["message"] = f"import failed: {type(exc).__name__}: {_short(str(exc))}"
+        wire.send_message(sock, {"op": "import_failed", "failure": failure, "phase_s": phase_s})
+        return
+    phase_s["import"] = time.perf_counter() - start
+    wire.send_message(sock, {"op": "ready", "phase_s": phase_s})
+    _Server(loaded, entry, sock, monitor).serve()
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+    import socket
+
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m agent.sandbox.child <run folder>", file=sys.stderr)
+    if len(argv) != 2:
+        print("usage: python -m agent.sandbox.child <run folder> <channel fd>", file=sys.stderr)
         return 2
     folder = Path(argv[0]).resolve()
+    fd = int(argv[1])
+    os.set_inheritable(fd, False)  # processes the candidate starts do not get the channel
+    sock = socket.socket(fileno=fd)
     job = read_json(folder / JOB_FILE)
     apply_limits(job)
-    try:
-        verdict = run_job(folder, job)
-    except BaseException as exc:  # noqa: BLE001 - a harness failure must still produce a verdict
-        from forge.outcome import Outcome, is_memory_exhaustion
+    from agent.sandbox import wire
 
-        verdict = {"status": Outcome.HARNESS_ERROR.value,
-                   "message": f"sandbox harness error: {type(exc).__name__}: {_short(str(exc))}",
-                   "details": {"harness_error": _exception_details(exc),
-                               "out_of_memory": is_memory_exhaustion(exc)}}
-    write_json_atomic(folder / RESULT_FILE, verdict)
+    try:
+        serve(folder, job, sock)
+    except wire.PeerGone:
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - a harness failure is reported, never charged to the candidate
+        from forge.outcome import is_memory_exhaustion
+
+        try:
+            wire.send_message(sock, {"op": "harness_error",
+                                     "message": f"sandbox harness error: {type(exc).__name__}: {_short(str(exc))}",
+                                     "details": {"harness_error": _exception_details(exc),
+                                                 "out_of_memory": is_memory_exhaustion(exc)}})
+        except Exception:  # noqa: BLE001 - the parent is gone: nothing to report to
+            pass
     return 0
 
 

@@ -1,4 +1,8 @@
-"""File layout of a sandbox run folder, shared by the parent (`runner`) and the child (`child`)."""
+"""File layout of a sandbox run folder, shared by the parent (`runner`) and the child (`child`).
+
+Every file here is written by the parent before the child starts, or is the child's output (stdout, stderr) read
+only as feedback text. There is no result file: the verdict is computed in the parent (`agent.sandbox.harness`).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,13 @@ from typing import Any
 
 from forge import atomic
 
-__all__ = ["CANDIDATE_STEM", "HOME_DIR", "INPUTS_FILE", "JOB_FILE", "MODULE_NAME", "RESULT_FILE", "STDERR_FILE",
+__all__ = ["CANDIDATE_STEM", "HOME_DIR", "INPUTS_FILE", "JOB_FILE", "MODULE_NAME", "STDERR_FILE",
            "STDOUT_FILE", "TMP_DIR", "read_json", "write_json_atomic"]
 
 CANDIDATE_STEM = "kernel"          # + the language's file suffix
 MODULE_NAME = "kforge_candidate"   # module name the candidate is imported under
 JOB_FILE = "job.json"              # settings for the child (JSON)
 INPUTS_FILE = "inputs.pt"          # samples and KernelUtils (torch.save)
-RESULT_FILE = "result.json"        # the child's verdict (JSON, written atomically)
 STDOUT_FILE = "stdout.txt"
 STDERR_FILE = "stderr.txt"
 HOME_DIR = "home"

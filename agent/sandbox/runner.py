@@ -1,16 +1,22 @@
-"""`run_candidate`: screen a candidate kernel, then check and time it in a disposable child process.
+"""`run_candidate`: screen a candidate kernel, then run it in a disposable sandboxed child and judge it here.
 
 Flow: screen the source (violations: `forbidden`, a syntax error: `compile_error`; nothing runs). Otherwise write
-the source, the samples (CPU copies plus the device to move them to) and the job into a fresh folder, and start
-`python -m agent.sandbox.child <folder>` in its own session (so the whole process group can be killed), with stdin
-closed, stdout/stderr to files, an allow-listed environment (`agent.sandbox.environment`), resource limits applied
-by the child (memory, processes, CPU time, file size, open files), inside the bubblewrap boundary
-(`agent.sandbox.isolation`: own user, PID, mount and network namespaces, read-only system, private run folder; killed
-with its parent; every process in it killed when the child ends). Without the boundary nothing runs
+the source, the samples (CPU copies plus the device to move them to, for the child's timing) and the job into a
+fresh folder, and start `python -m agent.sandbox.child <folder> <fd>` in its own session (so the whole process group
+can be killed), with stdin closed, stdout/stderr to files, an allow-listed environment (`agent.sandbox.environment`),
+resource limits applied by the child (memory, processes, CPU time, file size, open files), inside the bubblewrap
+boundary (`agent.sandbox.isolation`: own user, PID, mount and network namespaces, read-only system, private run
+folder; killed with its parent; every process in it killed when the child ends). Without the boundary nothing runs
 (`SandboxUnavailableError`) unless the user opted out (`allow_unsafe`, `--unsafe-sandbox`, `KFORGE_UNSAFE_SANDBOX=1`).
-The parent waits with a wall-clock limit (SIGTERM, then SIGKILL to the group), classifies the child's end (a signal:
-`crash` with its name; no valid `result.json`: `crash` with the stderr tail) and reads the verdict. A segfault or GPU
-fault ends only the child. `kill_all()` ends every live child of this process within a few seconds.
+
+The verdict is computed in this process (`agent.sandbox.harness.run_session`): the child only imports and runs the
+candidate and answers calls over a socketpair created here (`agent.sandbox.wire`); the oracle (`validate`, the
+probes, the launch check) runs here on the outputs it sends back. No file of the child's folder is read as a
+verdict. A watcher thread owns the wall-clock limit (SIGTERM, then SIGKILL to the group; it then shuts the channel
+so the harness stops waiting), the cancel event, `kill_all` and the task limit. When the child is lost before a
+verdict, its end is classified (a signal: `crash` with its name; an exit: `crash` with the stderr tail; a reply
+the harness refused: `crash`, the child stopped). A segfault or GPU fault ends only the child. `kill_all()` ends
+every live child of this process within a few seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,9 +42,11 @@ from agent.languages import get_language
 from agent.languages.base import KernelLanguage
 from agent.sandbox import protocol
 from agent.sandbox.environment import child_environment, looks_secret
+from agent.sandbox.harness import SessionResult, run_session
 from agent.sandbox.isolation import Isolation, IsolationLevel, bwrap_command, resolve_isolation, sandbox_cache_dir
 from agent.sandbox.result import SandboxResult
 from agent.screening.violation import Violation
+from forge.checking.kernel_utils import KernelUtils
 from forge.functional import original_function
 from forge.samples import Sample, TensorSpec, clone_value, iter_leaves
 
@@ -55,6 +64,9 @@ DEFAULT_PROCESS_LIMIT = 512
 OUTPUT_LIMIT_CHARS = 8192
 _POLL_S = 0.05
 _TERM_GRACE_S = 1.5
+_EXIT_GRACE_S = 5.0  # after the verdict, for the child to exit on its own
+_LOST_GRACE_S = 1.0  # after the channel was lost, for a dying child to end by its own signal
+_SOCKET_GRACE_S = 30.0  # beyond timeout_s: a backstop; the watcher shuts the channel when it kills the child
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -233,7 +245,7 @@ def run_candidate(
                 "samples": [(clone_value(tuple(s.args), device="cpu"), clone_value(dict(s.kwargs), device="cpu"))
                             for s in samples],
                 "counts": list(counts) if counts is not None else None,
-                "kernel_utils": kernel_utils,
+                "kernel_utils": _timing_settings(kernel_utils),
             },
             folder / protocol.INPUTS_FILE,
         )
@@ -248,17 +260,44 @@ def run_candidate(
             "open_files_limit": int(open_files_limit),
             "memory_limit_bytes": memory_limit_bytes,
             "process_limit": process_limit,
+            "max_reply_bytes": _reply_limit(samples, memory_limit_bytes),
         }
         protocol.write_json_atomic(folder / protocol.JOB_FILE, job)
         triton_cache = sandbox_cache_dir() / "triton"
         triton_cache.mkdir(parents=True, exist_ok=True)
         env = child_environment(home, tmp, language_env=lang.child_environment(torch.device(device).type),
                                 extra_env=extra_env, triton_cache=triton_cache)
-        argv = _child_argv(iso, folder, triton_cache, gpu=torch.device(device).type == "cuda")
-        # Root is exempt from RLIMIT_NPROC (and the boundary's uid maps to root): the parent enforces the limit.
-        task_limit = process_limit if iso.safe and os.geteuid() == 0 else None
-        outcome = _run_child(argv, folder, env, timeout_s, cancel_event, registry, task_limit)
-        fields = _classify(outcome, folder, timeout_s, exit_codes_carry_signals=iso.safe)
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            argv = _child_argv(iso, folder, triton_cache, child_end.fileno(), gpu=torch.device(device).type == "cuda")
+            # Root is exempt from RLIMIT_NPROC (and the boundary's uid maps to root): the parent enforces the limit.
+            task_limit = process_limit if iso.safe and os.geteuid() == 0 else None
+            process = _start_child(argv, folder, env, child_end.fileno())
+            child_end.close()
+            parent_end.settimeout(timeout_s + _SOCKET_GRACE_S)
+            box: dict[str, _Outcome] = {}
+            watcher = threading.Thread(
+                target=lambda: box.setdefault("outcome", _run_child(process, timeout_s, cancel_event, registry,
+                                                                    task_limit, on_kill=parent_end)),
+                name=f"kforge-sandbox-{process.pid}", daemon=True)
+            watcher.start()
+            try:
+                session = run_session(parent_end, reference=original_function(function_name), samples=samples,
+                                      utils=kernel_utils or KernelUtils(), device=device, benchmark=benchmark,
+                                      max_bytes=job["max_reply_bytes"])
+            except BaseException:  # a bug of ours or the user's Ctrl-C: the child goes with it
+                _signal_group(process.pid, signal.SIGKILL)
+                watcher.join()
+                raise
+            # After a verdict the child gets a grace to exit on its own; after a lost channel (a crash, or a reply
+            # the harness refused) a short one, so a dying child is still classified by its own signal.
+            if _end_soon(process, watcher, _EXIT_GRACE_S if session.verdict is not None else _LOST_GRACE_S):
+                session.killed = session.verdict is None
+            watcher.join()
+        finally:
+            child_end.close()
+            parent_end.close()
+        fields = _classify(box["outcome"], folder, timeout_s, session, exit_codes_carry_signals=iso.safe)
         status, message = fields.pop("status"), fields.pop("message")
         source_path = str(folder / source_file) if keep_folder else None
         return finish(status, message, source_path=source_path, **fields)
@@ -267,15 +306,35 @@ def run_candidate(
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _child_argv(iso: Isolation, folder: Path, triton_cache: Path, *, gpu: bool) -> list[str]:
-    """`python -m agent.sandbox.child <folder>`, inside the boundary (or the explicitly accepted weaker level)."""
-    argv = [sys.executable, "-m", "agent.sandbox.child", str(folder)]
+def _child_argv(iso: Isolation, folder: Path, triton_cache: Path, channel_fd: int, *, gpu: bool) -> list[str]:
+    """`python -m agent.sandbox.child <folder> <fd>`, inside the boundary (or the explicitly accepted weaker level);
+    the channel is an inherited descriptor (bubblewrap passes inherited descriptors through)."""
+    argv = [sys.executable, "-m", "agent.sandbox.child", str(folder), str(channel_fd)]
     if iso.level is IsolationLevel.BOUNDARY:
         assert iso.tool is not None
         return bwrap_command(iso.tool, argv, folder=folder, writable=[triton_cache], gpu=gpu)
     if iso.level is IsolationLevel.NETWORK:
         return [*iso.prefix, *argv]
     return argv
+
+
+def _timing_settings(kernel_utils: Any) -> KernelUtils | None:
+    """The settings the child needs for its timing feedback, as a plain `KernelUtils`: a subclass (the caller's own
+    checks, which run here) may live in a module the boundary does not show the child."""
+    if kernel_utils is None:
+        return None
+    names = [f.name for f in dataclasses.fields(KernelUtils)]
+    return KernelUtils(**{name: getattr(kernel_utils, name) for name in names})
+
+
+def _reply_limit(samples: list[Sample], memory_limit_bytes: int | None) -> int:
+    """Most bytes of tensors one reply of the child may carry: the child's memory cap, or 64x the largest sample's
+    inputs (at least 1 GiB) without one. Bounds what a hostile child can make the harness allocate."""
+    if memory_limit_bytes is not None:
+        return int(memory_limit_bytes)
+    largest = max(sum(t.numel() * t.element_size() for t in iter_leaves((s.args, s.kwargs))
+                      if isinstance(t, torch.Tensor)) for s in samples)
+    return max(1 << 30, 64 * largest)
 
 
 def _screening_result(violations: list[Violation], finish: Any) -> SandboxResult:
@@ -394,21 +453,34 @@ class _SandboxTasks:
 _TASK_POLL_S = 0.1
 
 
+def _start_child(argv: list[str], folder: Path, env: dict[str, str], channel_fd: int) -> subprocess.Popen:
+    """Start the child in its own session, stdout/stderr to files in its folder, the channel inherited."""
+    with open(folder / protocol.STDOUT_FILE, "wb") as out, open(folder / protocol.STDERR_FILE, "wb") as err:
+        return subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True, close_fds=True, pass_fds=(channel_fd,))
+
+
+def _end_soon(process: subprocess.Popen, watcher: threading.Thread, grace_s: float) -> bool:
+    """Give the child `grace_s` to exit on its own, then end its group; whether it had to be killed."""
+    watcher.join(grace_s)
+    if not watcher.is_alive() or _exited(process.pid):
+        return False
+    _signal_group(process.pid, signal.SIGKILL)
+    return True
+
+
 def _run_child(
-    argv: list[str],
-    folder: Path,
-    env: dict[str, str],
+    process: subprocess.Popen,
     timeout_s: float,
     cancel_event: threading.Event | None,
     registry: ProcessRegistry | None,
     task_limit: int | None = None,
+    on_kill: socket.socket | None = None,
 ) -> _Outcome:
-    """Run the child to its end, the timeout or a cancel; `task_limit`: kill it past that many tasks in its PID
-    namespace (boundary runs as root, see `_SandboxTasks`)."""
+    """Watch the child to its end, the timeout or a cancel; `task_limit`: kill it past that many tasks in its PID
+    namespace (boundary runs as root, see `_SandboxTasks`). `on_kill`: the channel to shut down when the child is
+    killed, so the harness waiting on it stops at once."""
     start = time.monotonic()
-    with open(folder / protocol.STDOUT_FILE, "wb") as out, open(folder / protocol.STDERR_FILE, "wb") as err:
-        process = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                   start_new_session=True, close_fds=True)
     registries = [_ALL_CHILDREN] + ([registry] if registry is not None and registry is not _ALL_CHILDREN else [])
     tracked = [(r, r.add(process)) for r in registries]
     outcome = _Outcome(returncode=None, pid=process.pid)
@@ -444,6 +516,11 @@ def _run_child(
     finally:
         for owner, child in tracked:
             owner.discard(child)
+        if on_kill is not None:
+            try:
+                on_kill.shutdown(socket.SHUT_RDWR)  # the harness stops waiting on a child that is gone
+            except OSError:
+                pass
         process.wait()  # reap only after every registry let go: the group id stays reserved until here
     outcome.returncode = process.returncode
     outcome.wall_s = time.monotonic() - start
@@ -491,15 +568,22 @@ _SIGNAL_HINTS = {
 }
 
 
-def _classify(outcome: _Outcome, folder: Path, timeout_s: float, *, exit_codes_carry_signals: bool = False
-              ) -> dict[str, Any]:
-    """The status from how the child ended. bwrap reports a child killed by signal N as exit code 128 + N
-    (`exit_codes_carry_signals`)."""
+def _classify(outcome: _Outcome, folder: Path, timeout_s: float, session: SessionResult, *,
+              exit_codes_carry_signals: bool = False) -> dict[str, Any]:
+    """The status: the harness's verdict when the session produced one, else from how the child ended. bwrap
+    reports a child killed by signal N as exit code 128 + N (`exit_codes_carry_signals`)."""
     stdout = _read_tail(folder / protocol.STDOUT_FILE)
     stderr = _read_tail(folder / protocol.STDERR_FILE)
     fields: dict[str, Any] = {"stdout": stdout, "stderr": stderr}
     details: dict[str, Any] = {"pid": outcome.pid, "exit_code": outcome.returncode,
                                "child_wall_s": round(outcome.wall_s, 3)}
+    verdict = session.verdict
+    if verdict is not None:
+        details.update(verdict.get("details") or {})
+        return {**fields, "status": verdict["status"], "message": str(verdict["message"]), "details": details,
+                "latency_ms": verdict.get("latency_ms"), "baseline_ms": verdict.get("baseline_ms")}
+    if session.phase_s:
+        details["phase_s"] = session.phase_s
     if outcome.cancelled:
         details.update(cancelled=True, reason=outcome.cancel_reason)
         return {**fields, "status": "timeout", "message": f"run cancelled ({outcome.cancel_reason})",
@@ -512,26 +596,19 @@ def _classify(outcome: _Outcome, folder: Path, timeout_s: float, *, exit_codes_c
         details.update(cancelled=False, timeout_s=timeout_s)
         return {**fields, "status": "timeout", "message": f"no result within {timeout_s:g} s; the child was killed",
                 "details": details}
+    if session.killed:
+        details.update(stderr_tail=stderr[-2000:], result_error=session.lost)
+        return {**fields, "status": "crash", "message": f"the sandbox child was stopped: {session.lost}",
+                "details": details}
     code = outcome.returncode
     if exit_codes_carry_signals and code is not None and 128 < code < 128 + 65:
         code = -(code - 128)
-    result_path = folder / protocol.RESULT_FILE
     if code is not None and code < 0:
         name = _signal_name(-code)
         hint = _SIGNAL_HINTS.get(name, "")
         details.update(signal=name, signal_number=-code, stderr_tail=stderr[-2000:])
         return {**fields, "status": "crash",
                 "message": f"child killed by {name}" + (f" ({hint})" if hint else ""), "details": details}
-    try:
-        verdict = protocol.read_json(result_path)
-        status, message = verdict["status"], str(verdict["message"])
-    except (OSError, ValueError, KeyError) as exc:
-        details.update(stderr_tail=stderr[-2000:], result_error=f"{type(exc).__name__}: {exc}")
-        return {**fields, "status": "crash", "message": f"child exited with code {code} without a valid result",
-                "details": details}
-    if status not in {"ok", "compile_error", "runtime_error", "mismatch", "crash", "harness_error"}:
-        details.update(result_error=f"unexpected status {status!r}")
-        return {**fields, "status": "crash", "message": "child wrote an invalid result", "details": details}
-    details.update(verdict.get("details") or {})
-    return {**fields, "status": status, "message": message, "details": details,
-            "latency_ms": verdict.get("latency_ms"), "baseline_ms": verdict.get("baseline_ms")}
+    details.update(stderr_tail=stderr[-2000:], result_error=session.lost or "no verdict")
+    return {**fields, "status": "crash", "message": f"child exited with code {code} without a valid result",
+            "details": details}
