@@ -125,7 +125,10 @@ def plan_workers(device: str | torch.device, workers: int | None) -> list[Worker
                 raise ValueError(f"device {device!r}: only {len(gpus)} GPU(s) are visible ({', '.join(gpus)})")
             gpus = [gpus[target.index]]
         count = workers if workers is not None else len(gpus)
-        return [WorkerPlan("cuda:0", {"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)]}) for k in range(count)]
+        # Expandable segments: at KernelBench's shipped sizes 40 GB sat reserved but unusable (fragmentation) when
+        # the float64 GroupNorm reference asked for 56 GB on an H200; the user's own setting wins.
+        alloc = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")}
+        return [WorkerPlan("cuda:0", {"CUDA_VISIBLE_DEVICES": gpus[k % len(gpus)], **alloc}) for k in range(count)]
     env = {"TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")} if target.type == "cpu" else {}
     return [WorkerPlan(str(target), env) for _ in range(workers if workers is not None else 1)]
 

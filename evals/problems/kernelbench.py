@@ -35,11 +35,16 @@ _NUMBERED_FILE = re.compile(r"^(\d+)_(.+)$")
 
 @contextmanager
 def _seeded(seed: int, device: Any = None) -> Iterator[None]:
-    """Seed torch's RNGs for the block and restore the CPU generator's state (and `device`'s, a CUDA device)
-    afterwards."""
+    """Seed torch's RNGs for the block and restore the CPU generator's state, and the current CUDA device's when CUDA
+    is in use (`torch.manual_seed` seeds every device; a model built under a seed must not leave the caller's CUDA
+    stream of random numbers changed)."""
     target = torch.device(device) if device is not None else None
-    cuda = [target.index if target.index is not None else torch.cuda.current_device()] \
-        if target is not None and target.type == "cuda" else []
+    if target is not None and target.type == "cuda":
+        cuda = [target.index if target.index is not None else torch.cuda.current_device()]
+    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+        cuda = [torch.cuda.current_device()]
+    else:
+        cuda = []
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(int(seed))
         yield
