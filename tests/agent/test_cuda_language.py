@@ -53,6 +53,7 @@ class _Task:
     kind = "function"
     qualified_name = "torch.nn.functional.rms_norm"
     has_inplace = False
+    has_fp32 = True
 
 
 @pytest.mark.parametrize("kind", ["function", "module"])
@@ -69,6 +70,7 @@ def test_prompt_fragments_render_strictly_and_name_the_cuda_format(kind: str) ->
     assert ("kernel_function" in rendered[fragments.rules]) == (kind == "function")
     assert "```python" in rendered[fragments.system_rules]
     assert "@triton.jit" not in "".join(rendered.values())
+    assert "see rule 6" in rendered[fragments.speed]  # the fp32 rule's number in CUDA's list
     assert fragments.display_name == "CUDA C++" and fragments.reply_fence in CUDA.fence_tags
 
 
