@@ -50,6 +50,8 @@ import torch
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
 from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils
+from forge.checking.expectation import tensor_bytes
+from forge.checking.validation import LARGE_INPUT_BYTES
 from forge.execution import TimingMode
 from forge.outcome import HarnessError, Outcome, issue_of, outcome_of_issues
 from forge.samples import Sample, iter_tensors
@@ -89,8 +91,8 @@ CUDA_ERROR_MARKERS = (
 )
 MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
 # Module problems whose forward inputs are larger than this get one seed and no extra re-draw (see
-# `check_module_candidate`): 1 GiB keeps every KernelBench problem below ~100 MB on the full check.
-LARGE_MODULE_INPUT_BYTES = 1 << 30
+# `check_module_candidate`): the oracle's own threshold for scaling down fresh rounds (1 GiB).
+LARGE_MODULE_INPUT_BYTES = LARGE_INPUT_BYTES
 HARNESS_ERROR = Outcome.HARNESS_ERROR.value  # the failure category of a harness failure
 # The typed outcome of each failure category this module writes (categories of records made elsewhere: none).
 _CATEGORY_OUTCOMES = {"compile error": Outcome.COMPILE_ERROR, "runtime error": Outcome.RUNTIME_ERROR,
@@ -486,10 +488,6 @@ class ModuleCheck:
         return not self.errors
 
 
-def _tensor_bytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in iter_tensors(value))
-
-
 def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callable[..., Any]],
                            device: torch.device, kernel_utils: KernelUtils, *, trusted: bool = False,
                            seeds: Sequence[int] = MODULE_SEEDS) -> ModuleCheck:
@@ -504,7 +502,7 @@ def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callab
     scaled = False
     for position, seed in enumerate(seeds):
         reference_model, inputs = problem.instantiate(device, seed)
-        large = _tensor_bytes(inputs) > LARGE_MODULE_INPUT_BYTES
+        large = tensor_bytes(inputs) > LARGE_MODULE_INPUT_BYTES
         try:
             candidate_model = build(seed)
         except Exception as exc:  # noqa: BLE001 - the candidate could not be built
