@@ -9,6 +9,10 @@ the oracle used.
     python -m benchmarks.oracle_memory                     # CUDA: [112, 64, 512, 512] fp32
     python -m benchmarks.oracle_memory --small             # any device: [8, 64, 64, 64] fp32
     python -m benchmarks.oracle_memory --shape 32,64,256,256 --fresh 0   # a chosen size (CPU: 512 MB per input)
+    python -m benchmarks.oracle_memory --probes            # what a candidate meets: validate, then the probes
+
+`--probes` measures `KernelUtils().validate` (the oracle plus `forge.checking.probes`, which keep two expectations
+and two outputs alive across an in-place update) instead of `validate_report` alone.
 
 On CUDA the peak is `torch.cuda.max_memory_allocated` (reset before each problem) minus what was allocated before
 `validate`; on the CPU each problem runs in a child process and the peak is the anonymous resident memory, sampled
@@ -104,9 +108,11 @@ def _reset_rss_peak() -> bool:
         return False
 
 
-def measure(name: str, shape: tuple[int, ...], device: str, fresh: int | None) -> dict[str, Any]:
+def measure(name: str, shape: tuple[int, ...], device: str, fresh: int | None,
+            probes: bool = False) -> dict[str, Any]:
     """Validate the reference against itself on one problem; the record of peak memory and time."""
     from forge.checking import validation
+    from forge.checking.kernel_utils import KernelUtils
 
     reference, sample = make_problem(name, shape, device)
     tiny_reference, tiny = make_problem(name, (2, GROUPS, 4, 4), device)
@@ -116,6 +122,12 @@ def measure(name: str, shape: tuple[int, ...], device: str, fresh: int | None) -
     input_bytes = _tensor_bytes((sample.args, sample.kwargs))
     kwargs = {} if fresh is None else {"fresh_inputs_per_sample": fresh}
     run = getattr(validation, "validate_report", None) or validation.validate  # validate: before issue 8
+    if probes:
+        utils = KernelUtils() if fresh is None else KernelUtils(fresh_inputs_per_sample=fresh)
+        kwargs = {}
+
+        def run(reference, candidate, samples):  # noqa: F811 - the oracle and the probes, as candidates meet them
+            return utils.validate(reference, candidate, samples)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
@@ -138,7 +150,8 @@ def measure(name: str, shape: tuple[int, ...], device: str, fresh: int | None) -
     peak = torch.cuda.max_memory_allocated() if cuda else sampler.peak
     issues = list(getattr(result, "issues", result))
     record = {
-        "problem": name, "shape": list(shape), "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "problem": name, "shape": list(shape), "with_probes": probes,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
         "input_bytes": input_bytes, "output_bytes": output_bytes, "peak_extra_bytes": peak - before,
         "multiple_of_inputs_plus_outputs": round((peak - before) / (input_bytes + output_bytes), 3),
         "wall_s": round(wall_s, 2), "issues": [str(i) for i in issues],
@@ -150,10 +163,10 @@ def measure(name: str, shape: tuple[int, ...], device: str, fresh: int | None) -
     return record
 
 
-def _child(name: str, shape: tuple[int, ...], fresh: int | None) -> dict[str, Any]:
+def _child(name: str, shape: tuple[int, ...], fresh: int | None, probes: bool = False) -> dict[str, Any]:
     """Run `measure` on the CPU in a fresh process (the resident-set peak is per process)."""
     command = [sys.executable, "-m", "benchmarks.oracle_memory", "--child", name, "--device", "cpu",
-               "--shape", ",".join(map(str, shape))]
+               "--shape", ",".join(map(str, shape))] + (["--probes"] if probes else [])
     if fresh is not None:
         command += ["--fresh", str(fresh)]
     root = Path(__file__).resolve().parents[1]
@@ -166,7 +179,8 @@ def _child(name: str, shape: tuple[int, ...], fresh: int | None) -> dict[str, An
 
 def _print(record: dict[str, Any]) -> None:
     gib = 1 << 30
-    print(f"{record['problem']:>10} {record['shape']} on {record['device']}: inputs {record['input_bytes'] / gib:.2f} "
+    name = record["problem"] + (" +probes" if record.get("with_probes") else "")
+    print(f"{name:>10} {record['shape']} on {record['device']}: inputs {record['input_bytes'] / gib:.2f} "
           f"GiB + outputs {record['output_bytes'] / gib:.2f} GiB; oracle peak extra "
           f"{record['peak_extra_bytes'] / gib:.2f} GiB = {record['multiple_of_inputs_plus_outputs']:.2f}x "
           f"(inputs+outputs); {record['wall_s']:.1f} s; fresh rounds {record['fresh_rounds_used']}; "
@@ -181,19 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", default=",".join(PROBLEMS))
     parser.add_argument("--fresh", type=int, default=None, help="fresh_inputs_per_sample (default: validate's)")
     parser.add_argument("--out", default=None, help="JSON output file (default $OUT/oracle_memory.json)")
+    parser.add_argument("--probes", action="store_true", help="measure KernelUtils().validate: the oracle + probes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     shape = tuple(int(s) for s in args.shape.split(",")) if args.shape else (
         SMALL_SHAPE if args.small else KERNELBENCH_SHAPE)
     if args.child:
-        print(json.dumps(measure(args.child, shape, "cpu", args.fresh)))
+        print(json.dumps(measure(args.child, shape, "cpu", args.fresh, args.probes)))
         return 0
     if not args.device.startswith("cuda") and not args.small and not args.shape:
         parser.error("the KernelBench size needs CUDA; use --small or --shape on the CPU")
     records = []
     for name in args.problems.split(","):
-        record = (measure(name, shape, args.device, args.fresh) if args.device.startswith("cuda")
-                  else _child(name, shape, args.fresh))
+        record = (measure(name, shape, args.device, args.fresh, args.probes) if args.device.startswith("cuda")
+                  else _child(name, shape, args.fresh, args.probes))
         _print(record)
         records.append(record)
     out = args.out or (str(Path(os.environ["OUT"]) / "oracle_memory.json") if os.environ.get("OUT") else None)

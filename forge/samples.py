@@ -134,6 +134,31 @@ class Widening:
             raise ValueError(f"Widening.outlier_fraction must be <= 1, got {self.outlier_fraction}")
 
 
+# Tensors above this many elements get their statistics in pieces of this size (issue 8: the one-shot float64 copy
+# of the finite values was 3.25x a 7.5 GB input); smaller ones keep the one-shot path, whose digits prompts show.
+_STATS_CHUNK = 1 << 26
+
+
+def _chunked_mean_std(t: torch.Tensor) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the finite values of a large floating tensor, two passes in pieces."""
+    flat = t.reshape(-1)
+    count, total = 0, 0.0
+    for piece in flat.split(_STATS_CHUNK):
+        finite = piece[torch.isfinite(piece)].to(torch.float64)
+        count += finite.numel()
+        total += float(finite.sum())
+    if count == 0:
+        return None, None
+    mean = total / count
+    if count == 1:
+        return mean, 0.0
+    squares = 0.0
+    for piece in flat.split(_STATS_CHUNK):
+        finite = piece[torch.isfinite(piece)].to(torch.float64)
+        squares += float((finite - mean).square_().sum())
+    return mean, math.sqrt(squares / (count - 1))
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Layout and value range of one tensor; `draw()` makes a fresh random tensor that matches it.
@@ -177,6 +202,8 @@ class TensorSpec:
                 t = tensor.detach()
                 if t.dtype == torch.bool or not (t.is_floating_point() or t.is_complex()):
                     low, high = float(t.min().item()), float(t.max().item())
+                elif t.is_floating_point() and t.numel() > _STATS_CHUNK:
+                    mean, std = _chunked_mean_std(t)
                 elif t.is_floating_point():
                     finite = t[torch.isfinite(t)].to(torch.float64)
                     if finite.numel() > 0:

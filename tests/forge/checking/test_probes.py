@@ -248,3 +248,54 @@ def test_on_cuda_honest_triton_passes_and_a_thread_launching_the_work_fails():
 
     issues = _probe(F.silu, launched_from_a_thread, samples)
     assert issues and issues[0].run in {Probe.QUIESCENCE, Probe.WIDE_INPUTS}
+
+
+def test_inputs_over_the_large_threshold_get_fewer_probe_calls_and_still_catch_a_stale_cache(monkeypatch):
+    """Issue 8: at KernelBench's 7.5 GB inputs every probe call costs a float64 reference of several GB, so large
+    samples get one repeat, one in-place update and at most one extra call; the update still catches a cache."""
+    import forge.checking.probes as probes
+
+    samples = [Sample((_randn((16, 64), 21),), {})]
+    settings = ProbeSettings(seed=3, extra_calls_cpu=(3, 3), repeats_before_update_cpu=(2, 2))
+
+    def counted(threshold: int) -> int:
+        calls = {"n": 0}
+
+        def silu(x, inplace=False):
+            calls["n"] += 1
+            return F.silu(x)
+
+        monkeypatch.setattr(probes, "LARGE_INPUT_BYTES", threshold)
+        assert run_probes(F.silu, CandidateCall(silu), samples, table=TABLE, settings=settings) == []
+        return calls["n"]
+
+    normal, large = counted(1 << 30), counted(1024)
+    # wide + offset view, plus 2 repeats + 2 updates + 3 extra calls (normal) vs 1 + 1 + 1 (large)
+    assert (normal, large) == (2 + 2 + 2 + 3, 2 + 1 + 1 + 1)
+
+    cache: dict[int, torch.Tensor] = {}
+
+    def by_address(x, inplace=False):
+        if x.data_ptr() not in cache:
+            cache[x.data_ptr()] = F.silu(x)
+        return cache[x.data_ptr()]
+
+    issues = run_probes(F.silu, CandidateCall(by_address), samples, table=TABLE, settings=settings)
+    assert Probe.IN_PLACE_UPDATE.value in _runs(issues) or Probe.INPUT_DEPENDENCE.value in _runs(issues)
+
+
+def test_the_dependence_check_counts_the_same_in_small_pieces(monkeypatch):
+    """The check walks the expectations piece by piece (issue 8: no full-size float64 temporaries); with pieces of
+    7 elements a stale output still fails and a following one still passes."""
+    import forge.checking.compare as compare
+
+    monkeypatch.setattr(compare, "CPU_CHUNK_ELEMENTS", 7)
+    before_inputs = Sample((_randn((4, 16), 12),), {})
+    after_inputs = Sample((before_inputs.args[0].clone(),), {})
+    after_inputs.args[0][2, 5] -= 6.0
+    before = build_expectation(F.gelu, before_inputs, TABLE, 4.0)
+    after = build_expectation(F.gelu, after_inputs, TABLE, 4.0)
+    stale = F.gelu(before_inputs.args[0])
+    with pytest.raises(_Failed):
+        _check_dependence("poke", after, before.unseal(), stale, stale.clone())
+    _check_dependence("poke", after, before.unseal(), stale, F.gelu(after_inputs.args[0]))
