@@ -105,7 +105,8 @@ def _allow_shipped_demo_without_boundary(args: argparse.Namespace) -> None:
 
 def _demo_cassette_config(args: argparse.Namespace, config):
     """With `--demo` and no endpoint or cassette configured: replay the cassette shipped for that demo on this
-    device (`agent.demo_cassettes`), so the demo runs the whole agent path with no key. It holds first turns only,
+    device in the first `--language` (`agent.demo_cassettes`), so the demo runs the whole agent path with no key.
+    It holds first turns only,
     so the run asks one turn per function; the functions it covers are all attempted (generator threshold 0) unless
     the user chose otherwise. Returns `config` unchanged when there is no such cassette."""
     import dataclasses
@@ -120,9 +121,10 @@ def _demo_cassette_config(args: argparse.Namespace, config):
     device = getattr(args, "device", "auto") or "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    shipped = demo_cassette(demo, device)
+    language = (getattr(args, "language", None) or ("triton",))[0]
+    shipped = demo_cassette(demo, device, language=language)
     if shipped is None:
-        logger.info("no cassette ships for demo %s on %s: kernel generation is off", demo, device)
+        logger.info("no %s cassette ships for demo %s on %s: kernel generation is off", language, demo, device)
         return config
     defaults = {"candidates": 2, "attempts": 4, "optimize_rounds": 2, "generator_threshold": 10.0}
     replay = {"candidates": 1, "attempts": 1, "optimize_rounds": 0, "generator_threshold": 0.0}

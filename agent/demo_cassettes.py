@@ -1,7 +1,8 @@
 """Cassettes shipped with the embedded demos, so `kforge optimize --demo` runs the whole agent path with no key.
 
 Each file under `agent/cassettes/` holds first-turn requests of the LLM generator for one demo as rendered on one
-device (`demo-<name>-<device>.jsonl`, device `cpu` or the GPU's name in lower case with spaces as dashes, e.g.
+device, in one kernel language (`demo-<name>-<device>.jsonl` for Triton, `demo-<name>-<device>-<language>.jsonl`
+for another language such as `cuda`; device `cpu` or the GPU's name in lower case with spaces as dashes, e.g.
 `nvidia-h200`) and the replies a stand-in model wrote for them (a separate session given only the rendered
 request, with no tools). Replay keys on the exact request, so a cassette serves only the device it was rendered on;
 the demo then picks it by the same rule.
@@ -39,9 +40,11 @@ class DemoCassette:
     functions: tuple[str, ...]
 
 
-def demo_cassette(demo: str, device: str | torch.device, folder: Path = CASSETTE_DIR) -> DemoCassette | None:
-    """The cassette shipped for `demo` on `device`, or None when there is none for this device."""
-    path = folder / f"demo-{demo}-{device_slug(device)}.jsonl"
+def demo_cassette(demo: str, device: str | torch.device, folder: Path = CASSETTE_DIR,
+                  language: str = "triton") -> DemoCassette | None:
+    """The cassette shipped for `demo` on `device` in `language`, or None when there is none for them."""
+    suffix = "" if language == "triton" else f"-{language}"
+    path = folder / f"demo-{demo}-{device_slug(device)}{suffix}.jsonl"
     if not path.is_file():
         return None
     model, functions = None, []

@@ -54,7 +54,8 @@ def _capture(demo: str, device_kind: str, functions: list[str]):
     return recorder
 
 
-def render(demo: str, functions: list[str], device_kind: str, device_name: str, capability, model: str):
+def render(demo: str, functions: list[str], device_kind: str, device_name: str, capability, model: str,
+           language: str = "triton"):
     """First-turn requests, as `kforge prompts --demo` renders them on a `device_kind` machine named `device_name`."""
     from types import SimpleNamespace
 
@@ -73,7 +74,7 @@ def render(demo: str, functions: list[str], device_kind: str, device_name: str, 
         for name in recorder.function_names() if recorder.samples(name)
     })
     config = LLMConfig.from_env(model=model)
-    generator = LLMKernelGenerator(config, functions=functions, use_cache=False)
+    generator = LLMKernelGenerator(config, functions=functions, language=language, use_cache=False)
     order = [n for n in recorder.function_names() if n in functions]
     with mock.patch("agent.prompting.task.device_description", lambda device: (device_name, capability)):
         return first_turn_requests(generator, profile, order)
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device-name", default="NVIDIA H200")
     parser.add_argument("--capability", default="9,0")
     parser.add_argument("--model", default="frontier-standin")
+    parser.add_argument("--language", default="triton", help="kernel language the requests ask for (triton, cuda)")
     parser.add_argument("--check-cpu", metavar="PROMPTS_JSONL",
                         help="render the CPU demo and compare with this `kforge prompts --demo` output")
     parser.add_argument("--out", required=True)
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         requests = render(args.demo, functions, "cpu", "CPU (Triton interpreter)", None, args.model)
     else:
         capability = tuple(int(x) for x in args.capability.split(","))
-        requests = render(args.demo, functions, "cuda", args.device_name, capability, args.model)
+        requests = render(args.demo, functions, "cuda", args.device_name, capability, args.model, args.language)
     with open(args.out, "w") as handle:
         for item in requests:
             handle.write(json.dumps(item) + "\n")

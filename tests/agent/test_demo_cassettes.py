@@ -45,6 +45,41 @@ def test_the_cpu_cassette_matches_what_the_generator_renders_today() -> None:
         assert rendered[function] == request, f"the {function} prompt changed since the cassette was recorded"
 
 
+def test_cuda_cassettes_are_found_by_language_and_match_what_the_generator_renders_today() -> None:
+    """`demo-<name>-<device>-cuda.jsonl` holds CUDA conversations (issue 12: the H200 cassette run); rendered here
+    for the H200 from meta tensors, as `benchmarks/render_demo_prompts.py` does, they must still be byte-identical."""
+    import sys
+
+    sys.path.insert(0, str(CASSETTE_DIR.parents[1]))
+    from benchmarks.render_demo_prompts import render
+
+    for demo, function in (("llama", "rms_norm"), ("unet", "group_norm")):
+        triton = CASSETTE_DIR / f"demo-{demo}-nvidia-h200.jsonl"
+        cuda = CASSETTE_DIR / f"demo-{demo}-nvidia-h200-cuda.jsonl"
+        assert cuda.is_file() and triton.is_file()
+        assert demo_cassette(demo, "cpu", language="cuda") is None
+        recorded = {json.loads(line)["tag"]: json.loads(line)["request"] for line in cuda.read_text().splitlines()}
+        assert list(recorded) == [function]
+        rendered = render(demo, [function], "cuda", "NVIDIA H200", (9, 0), "frontier-standin", "cuda")
+        assert rendered[0]["request"] == recorded[function], f"the CUDA {function} prompt changed since recording"
+        assert "extern \"C\" __global__" in recorded[function]["messages"][0]["content"]
+
+
+def test_the_demo_replays_the_cassette_of_its_first_language(monkeypatch) -> None:
+    from agent import demo_cassettes
+
+    seen = []
+
+    def fake(demo, device, folder=CASSETTE_DIR, language="triton"):
+        seen.append(language)
+        return None
+
+    monkeypatch.setattr(demo_cassettes, "demo_cassette", fake)
+    _demo_cassette_config(_args(language=("cuda", "triton")), LLMConfig())
+    _demo_cassette_config(_args(), LLMConfig())
+    assert seen == ["cuda", "triton"]
+
+
 def _args(**overrides) -> argparse.Namespace:
     values = {"demo": "llama", "device": "cpu", "candidates": 2, "attempts": 4, "optimize_rounds": 2,
               "generator_threshold": 10.0, "generate_functions": None}
