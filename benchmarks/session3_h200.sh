@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# This session's H200 calls, from a snapshot of a commit (`git archive HEAD > .gpu/head.tar`, carried with .gpu and
+# .whl) so that work in progress in the tree never travels. PART=a: the oracle + probes' peak memory at KernelBench
+# size and the harness time of six heavy KernelBench level-1 problems at their shipped sizes. PART=b: the CUDA demo
+# cassettes (rms_norm, group_norm written in CUDA by a stand-in model) through `kforge optimize`, and GPU tests.
+# Output: $OUT/session3.tar.gz.
+set -uo pipefail
+root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
+logs=${OUT:-/tmp/out}/session3; mkdir -p "$logs"
+nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$logs/gpu.txt"
+step() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
+  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
+  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-30} >> "$logs/summary.txt"
+}
+if [ "${PART:-a}" = a ]; then
+  step oracle-probes 170 python3 -m benchmarks.oracle_memory --probes --out "$logs/oracle_probes.json"
+  step kb6 330 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 150 --no-plots \
+    --problems "${KB:-level1/35_GroupNorm_,level1/36_RMSNorm_,level1/99_TripletMarginLoss,level1/19_ReLU,level1/1_Square_matrix_multiplication_,level1/23_Softmax}" \
+    --out "$logs/kb6"
+else
+  for demo in llama unet; do
+    step "demo-$demo-cuda" 200 python3 -m forge.cli optimize --demo "$demo" --language cuda --device cuda --no-static \
+      --unsafe-sandbox --out "$logs/$demo-cuda.plan.json"
+  done
+  step gpu-tests 200 python3 -m pytest -q -p no:cacheprovider -m cuda ${GPU_TESTS:-tests/agent/test_cuda_stacking.py tests/agent/test_cuda_launch_check.py tests/forge/checking/test_spot_check.py}
+fi
+cat "$logs/summary.txt"
+tar -czf "${OUT:-/tmp/out}/session3.tar.gz" -C "$(dirname "$logs")" session3
