@@ -15,7 +15,7 @@ step() {  # name, seconds, command...
   local start; start=$(date +%s)
   timeout "$limit" "$@" > "$logs/$name.log" 2>&1
   echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
-  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-30} >> "$logs/summary.txt"
+  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-45} >> "$logs/summary.txt"
 }
 if [ "${PART:-a}" = a ]; then
   step oracle-probes 170 python3 -m benchmarks.oracle_memory --probes --out "$logs/oracle_probes.json"
@@ -24,10 +24,10 @@ if [ "${PART:-a}" = a ]; then
     --out "$logs/kb6"
 else
   for demo in llama unet; do
-    step "demo-$demo-cuda" 200 python3 -m forge.cli optimize --demo "$demo" --language cuda --device cuda --no-static \
-      --unsafe-sandbox --out "$logs/$demo-cuda.plan.json"
+    step "demo-$demo-cuda" 220 python3 -m forge.cli optimize --demo "$demo" --language cuda --device cuda --no-static \
+      --unsafe-sandbox --benchmark --out "$logs/$demo-cuda.plan.json"
   done
-  step gpu-tests 200 python3 -m pytest -q -p no:cacheprovider -m cuda ${GPU_TESTS:-tests/agent/test_cuda_stacking.py tests/agent/test_cuda_launch_check.py tests/forge/checking/test_spot_check.py}
+  step gpu-tests 130 python3 -m pytest -q -p no:cacheprovider -m cuda ${GPU_TESTS:-tests/agent/test_cuda_stacking.py tests/agent/test_cuda_launch_check.py tests/forge/checking/test_spot_check.py}
 fi
 cat "$logs/summary.txt"
 tar -czf "${OUT:-/tmp/out}/session3.tar.gz" -C "$(dirname "$logs")" session3
