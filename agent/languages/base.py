@@ -2,16 +2,19 @@
 
 A language names itself, says how its sources are fenced in LLM replies and stored on disk, screens a source
 statically, imports a stored source and returns its entry callable, and tells the sandbox which environment and
-which exception classes belong to it. Triton is the first; CUDA (through `load_inline`) can slot in later.
+which exception classes belong to it, where its sandbox children keep their builds, whether it counts its own launches
+(the run-time launch check) and whether it builds candidates ahead of the sandbox. Triton (`triton.py`) and CUDA C++
+(`cuda/`) implement it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from agent.screening.violation import Violation
 from forge.source_files import import_source_file
@@ -19,9 +22,18 @@ from forge.source_files import import_source_file
 if TYPE_CHECKING:
     from forge.checking.launch_check import LaunchMonitor
 
-__all__ = ["ExceptionClass", "KernelLanguage", "PromptFragments"]
+__all__ = ["CandidateBuilds", "ExceptionClass", "KernelLanguage", "PromptFragments"]
 
 ExceptionClass = Literal["compile_error", "runtime_error"]
+
+
+class CandidateBuilds(Protocol):
+    """Builds candidate files ahead of the sandbox (`KernelLanguage.candidate_build_pool()`): `submit(file_source)`
+    returns a Future that completes when the build is in the cache the sandbox children load from."""
+
+    def submit(self, source: str) -> Future[Any]: ...
+
+    def close(self, wait: bool = True) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,17 @@ class KernelLanguage(ABC):
     def child_environment(self, device_type: str) -> dict[str, str]:
         """Extra environment variables for a sandbox child running kernels on `device_type`."""
         return {}
+
+    def sandbox_cache_dir(self) -> Path | None:
+        """Where this language's sandbox children keep compiled kernels between runs (a folder under
+        `agent.sandbox.isolation.sandbox_cache_dir()`, never a cache the parent loads from); the runner makes it
+        writable inside the sandbox boundary. None: the language keeps no such cache."""
+        return None
+
+    def candidate_build_pool(self) -> CandidateBuilds | None:
+        """A pool that compiles candidates on CPU threads into the cache sandbox children load from, or None when
+        the language has no separate build step (Triton compiles at the first launch, in the child)."""
+        return None
 
     def classify_exception(self, exc: BaseException) -> ExceptionClass:
         """Whether an exception raised while running a candidate is a compile error of this language."""

@@ -206,6 +206,12 @@ class TritonLanguage(KernelLanguage):
     def child_environment(self, device_type: str) -> dict[str, str]:
         return {"TRITON_INTERPRET": "1"} if device_type == "cpu" else {}
 
+    def sandbox_cache_dir(self) -> Path:
+        """The children's own Triton cache (`TRITON_CACHE_DIR` of every sandbox child, `agent.sandbox.environment`)."""
+        from agent.sandbox.isolation import sandbox_cache_dir
+
+        return sandbox_cache_dir() / "triton"
+
     def classify_exception(self, exc: BaseException) -> ExceptionClass:
         seen: set[int] = set()
         current: BaseException | None = exc

@@ -214,7 +214,7 @@ class PromptRenderer:
             "fix.j2",
             **self._function_context(task),
             previous_code=previous_code,
-            failure=view.template_context(),
+            failure=view.template_context(language=task.language),
         )
 
     def optimize(self, task: KernelTask, code: str, performance: Any) -> str:
@@ -249,7 +249,7 @@ class PromptRenderer:
             "fix_module.j2",
             **self._module_context(task),
             previous_code=previous_code,
-            failure=view.template_context(),
+            failure=view.template_context(language=task.language),
         )
 
 

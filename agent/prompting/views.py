@@ -132,8 +132,11 @@ _OUTCOME_KINDS: dict[str, str] = {
     "crash": "crash", "forbidden": "forbidden", "harness_error": "harness", "ok": "other",
 }
 
+# The compile headline names the language's compiler (`KernelLanguage.title`; Triton's text is the one below).
+_COMPILE_HEADLINE = "the file did not compile (Python import or {title} compilation failed)"
+
 HEADLINES: dict[str, str] = {
-    "compile": "the file did not compile (Python import or Triton compilation failed)",
+    "compile": _COMPILE_HEADLINE.format(title="Triton"),
     "runtime": "the file raised an exception while running",
     "mismatch": "the results do not match PyTorch",
     "timeout": "the run did not finish in time",
@@ -281,13 +284,23 @@ class Failure:
     def headline(self) -> str:
         return HEADLINES.get(self.kind, HEADLINES["other"])
 
-    def template_context(self, *, max_errors: int = 6, max_error_chars: int = 1500) -> dict[str, Any]:
-        """Pre-formatted fields for the templates."""
+    def headline_in(self, language: Any = None) -> str:
+        """The headline in the words of `language` (a name or `KernelLanguage`; None: the default headline): a
+        compile failure names that language's compiler ("... or CUDA C++ compilation failed")."""
+        if self.kind != "compile" or language is None:
+            return self.headline
+        from agent.languages import get_language
+
+        return _COMPILE_HEADLINE.format(title=get_language(language).title)
+
+    def template_context(self, *, max_errors: int = 6, max_error_chars: int = 1500,
+                         language: Any = None) -> dict[str, Any]:
+        """Pre-formatted fields for the templates (`language`: whose words the headline uses, see `headline_in`)."""
         errors = [e if len(e) <= max_error_chars else e[:max_error_chars] + " ..." for e in self.errors[:max_errors]]
         return {
             "status": self.status,
             "kind": self.kind,
-            "headline": self.headline,
+            "headline": self.headline_in(language),
             "message": self.message,
             "compile_log": excerpt(self.compile_log),
             "exception": excerpt(self.exception, 800, 1200),

@@ -5,9 +5,14 @@ Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC
 (`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
 `TRITON_LIBDEVICE_PATH`) and `TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` =
 the repository root then the parent's `PYTHONPATH`, `PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`,
-`PYTHONUNBUFFERED=1`, `USER`/`LOGNAME`, one BLAS/OpenMP thread, and a persistent `TRITON_CACHE_DIR` that only
-sandbox children use (`isolation.sandbox_cache_dir() / "triton"`), so compiled launchers are reused between
-children but a child can never plant a compiled kernel or launcher in the parent's Triton cache (the parent's
+`PYTHONUNBUFFERED=1`, `USER`/`LOGNAME`, one BLAS/OpenMP thread, and the kernel language's own variables
+(`KernelLanguage.child_environment`: Triton's interpreter switch on CPU; CUDA's build cache and pinned toolchain).
+
+Caches (`sandbox_caches`): each language keeps its compiled kernels in a persistent folder only sandbox children
+use (`KernelLanguage.sandbox_cache_dir()`: `isolation.sandbox_cache_dir() / "triton"`, `/ "cuda"`), writable inside
+the boundary, so builds are reused between children (and CUDA children load the cubins the parent's build pool
+compiled) but a child can never plant a compiled kernel in a cache the parent loads from. Every child gets the
+Triton one as `TRITON_CACHE_DIR`, whatever its language, since torch may import Triton in any child (the parent's
 `TRITON_CACHE_DIR`, `TRITON_HOME` and `TORCHINDUCTOR_CACHE_DIR` are not passed).
 Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.
 """
@@ -19,8 +24,9 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["PASS_THROUGH", "child_environment", "looks_secret", "repository_root"]
+__all__ = ["PASS_THROUGH", "child_environment", "looks_secret", "repository_root", "sandbox_caches"]
 
 PASS_THROUGH: tuple[str, ...] = (
     "PATH", "LANG", "LANGUAGE", "LC_*", "TZ",
@@ -51,6 +57,20 @@ def _python_path(parent_env: Mapping[str, str] | None) -> list[str]:
         if entry and entry not in entries:
             entries.append(entry)
     return entries
+
+
+def sandbox_caches(language: Any = None) -> list[Path]:
+    """The persistent cache folders a sandbox child of `language` (a `KernelLanguage`, or None) writes, created: the
+    Triton cache first (every child's `TRITON_CACHE_DIR`), then the language's own when it has another."""
+    from agent.sandbox.isolation import sandbox_cache_dir
+
+    folders = [sandbox_cache_dir() / "triton"]
+    own = language.sandbox_cache_dir() if language is not None else None
+    if own is not None and Path(own) not in folders:
+        folders.append(Path(own))
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folders
 
 
 def child_environment(

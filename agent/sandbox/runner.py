@@ -41,9 +41,9 @@ import torch
 from agent.languages import get_language
 from agent.languages.base import KernelLanguage
 from agent.sandbox import protocol
-from agent.sandbox.environment import child_environment, looks_secret
+from agent.sandbox.environment import child_environment, looks_secret, sandbox_caches
 from agent.sandbox.harness import SessionResult, run_session
-from agent.sandbox.isolation import Isolation, IsolationLevel, bwrap_command, resolve_isolation, sandbox_cache_dir
+from agent.sandbox.isolation import Isolation, IsolationLevel, bwrap_command, resolve_isolation
 from agent.sandbox.result import SandboxResult
 from agent.screening.violation import Violation
 from forge.checking.kernel_utils import KernelUtils
@@ -263,13 +263,12 @@ def run_candidate(
             "max_reply_bytes": _reply_limit(samples, memory_limit_bytes),
         }
         protocol.write_json_atomic(folder / protocol.JOB_FILE, job)
-        triton_cache = sandbox_cache_dir() / "triton"
-        triton_cache.mkdir(parents=True, exist_ok=True)
+        caches = sandbox_caches(lang)  # Triton's first, then the language's own (CUDA builds)
         env = child_environment(home, tmp, language_env=lang.child_environment(torch.device(device).type),
-                                extra_env=extra_env, triton_cache=triton_cache)
+                                extra_env=extra_env, triton_cache=caches[0])
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            argv = _child_argv(iso, folder, triton_cache, child_end.fileno(), gpu=torch.device(device).type == "cuda")
+            argv = _child_argv(iso, folder, caches, child_end.fileno(), gpu=torch.device(device).type == "cuda")
             # Root is exempt from RLIMIT_NPROC (and the boundary's uid maps to root): the parent enforces the limit.
             task_limit = process_limit if iso.safe and os.geteuid() == 0 else None
             process = _start_child(argv, folder, env, child_end.fileno())
@@ -306,13 +305,13 @@ def run_candidate(
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _child_argv(iso: Isolation, folder: Path, triton_cache: Path, channel_fd: int, *, gpu: bool) -> list[str]:
+def _child_argv(iso: Isolation, folder: Path, caches: list[Path], channel_fd: int, *, gpu: bool) -> list[str]:
     """`python -m agent.sandbox.child <folder> <fd>`, inside the boundary (or the explicitly accepted weaker level);
     the channel is an inherited descriptor (bubblewrap passes inherited descriptors through)."""
     argv = [sys.executable, "-m", "agent.sandbox.child", str(folder), str(channel_fd)]
     if iso.level is IsolationLevel.BOUNDARY:
         assert iso.tool is not None
-        return bwrap_command(iso.tool, argv, folder=folder, writable=[triton_cache], gpu=gpu)
+        return bwrap_command(iso.tool, argv, folder=folder, writable=caches, gpu=gpu)
     if iso.level is IsolationLevel.NETWORK:
         return [*iso.prefix, *argv]
     return argv

@@ -412,6 +412,68 @@ def test_child_environment_uses_the_sandbox_cache_and_pins_the_toolchain(monkeyp
     assert toolchain().key() == "cuda:nvrtc:sm_90:nvrtc=13.0:torch_cuda=-"
 
 
+def test_fix_prompt_headline_names_the_language_compiler() -> None:
+    from agent.prompting import Failure, KernelTask, PromptRenderer
+    from forge.samples import Sample
+
+    renderer = PromptRenderer()
+    failure = {"status": "compile_error", "details": {"compile_log": "CUDA_SRC line 3: error: identifier undefined"}}
+    samples = [Sample((torch.randn(4, 64), (64,)), {})]
+    prompts = {name: renderer.fix(KernelTask.from_samples("rms_norm", samples, language=name), RMS_NORM_FILE, failure)
+               for name in ("cuda", "triton")}
+    status = "**Status: compile_error — the file did not compile (Python import or {} compilation failed).**"
+    assert status.format("CUDA C++") in prompts["cuda"] and status.format("Triton") in prompts["triton"]
+    view = Failure.of(failure)
+    assert view.headline_in("triton") == view.headline  # Triton's bytes are the default headline's
+    assert Failure.of({"status": "mismatch"}).headline_in("cuda") == Failure.of({"status": "mismatch"}).headline
+
+
+def test_sandbox_caches_are_triton_then_the_languages_own(monkeypatch, tmp_path: Path) -> None:
+    from agent.sandbox.environment import sandbox_caches
+
+    monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path))
+    assert sandbox_caches(CUDA) == [tmp_path / "triton", tmp_path / "cuda"]
+    assert sandbox_caches(get_language("triton")) == [tmp_path / "triton"] == sandbox_caches(None)
+    assert (tmp_path / "cuda").is_dir()
+
+
+@needs_compiler
+def test_a_child_inside_the_boundary_loads_the_parents_prebuilt_cubin(monkeypatch, tmp_path: Path) -> None:
+    """Inside bubblewrap only the run folder and the `sandbox_caches` are writable and /tmp is private: the CUDA
+    cache must be among them, or the child never sees the build pool's cubins (and keeps none of its own)."""
+    import shutil
+
+    from agent.languages.cuda import toolchain as toolchain_module
+    from agent.sandbox.environment import child_environment, sandbox_caches
+    from agent.sandbox.isolation import IsolationLevel, bwrap_command, resolve_isolation
+
+    if shutil.which("bwrap") is None or resolve_isolation("auto", allow_unsafe=True).level is not \
+            IsolationLevel.BOUNDARY:
+        pytest.skip("no working bubblewrap boundary on this machine")
+    monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path / "sandbox-cache"))
+    monkeypatch.setenv("KFORGE_CUDA_BACKEND", CPU_BACKEND)
+    monkeypatch.delenv(TOOLCHAIN_ENV, raising=False)
+    monkeypatch.setattr(toolchain_module, "device_arch", lambda device=None: "sm_90")
+    pool = CUDA.candidate_build_pool()
+    assert pool is not None
+    with pool:
+        build = pool.submit(RMS_NORM_FILE).result(timeout=300)
+    folder = tmp_path / "run"
+    (folder / "home").mkdir(parents=True)
+    (folder / "candidate.py").write_text(RMS_NORM_FILE)
+    env = child_environment(folder / "home", folder, language_env=CUDA.child_environment("cuda"))
+    code = ("import pathlib\nfrom agent.languages.cuda.build import build_cubin\n"
+            "from agent.languages.cuda.source import extract_cuda_source\n"
+            "from agent.languages.cuda.toolchain import toolchain\n"
+            "src = extract_cuda_source(pathlib.Path('candidate.py').read_text())[0]\n"
+            "b = build_cubin(src, toolchain())\nprint(b.key, b.cached)\n")  # what load_cuda does first
+    argv = bwrap_command(shutil.which("bwrap"), [sys.executable, "-c", code], folder=folder,
+                         writable=sandbox_caches(CUDA))
+    out = subprocess.run(argv, env=env, cwd=folder, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == [build.key, "True"]  # the same key, found in the cache: no compile in the child
+
+
 def test_importing_the_language_does_not_import_the_runtime() -> None:
     code = "import sys, agent.languages; print('agent.languages.cuda.runtime' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

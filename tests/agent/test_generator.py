@@ -325,3 +325,69 @@ def test_a_module_problem_runs_in_the_same_loop_and_an_untimed_verdict_ends_it_a
     assert prompts[2].startswith("# Fix your `ModelNew`") and "ModelNew differs from Model" in prompts[2]
     folder = tmp_path / "runs"
     assert len(list(folder.rglob("module-LinearReLU/conversation-0/turn*-kernel.py"))) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA candidates are built on the language's CPU pool before they reach the sandbox
+# ---------------------------------------------------------------------------------------------------------
+def test_cuda_candidates_are_built_into_the_sandbox_cache_before_the_sandbox_runs(tmp_path, monkeypatch) -> None:
+    """The real `_FunctionProblem.evaluate` path with a real compiler (sm_90, no GPU needed to build); the sandbox
+    run is replaced by what its child does first: load the file with the child's environment, compilers disabled,
+    which works only from the warm build cache. Skipped where neither nvcc nor NVRTC is present."""
+    import threading
+
+    from agent.generator import _FunctionProblem
+    from agent.languages import get_language
+    from agent.languages.cuda import build as cuda_build
+    from agent.languages.cuda import runtime as cuda_runtime
+    from agent.languages.cuda import toolchain as cuda_toolchain
+    from agent.languages.cuda.reference_candidates import RMS_NORM_FILE
+
+    if cuda_toolchain.find_nvcc() is None and cuda_toolchain.nvrtc_library() is None:
+        pytest.skip("neither nvcc nor NVRTC is available: nothing to build")
+    cuda = get_language("cuda")
+    monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path / "sandbox-cache"))
+    monkeypatch.delenv(cuda_toolchain.TOOLCHAIN_ENV, raising=False)
+    monkeypatch.setattr(cuda_toolchain, "device_arch", lambda device=None: "sm_90")  # the GPU the child would see
+    child_env = cuda.child_environment("cuda")
+    assert cuda_toolchain.TOOLCHAIN_ENV in child_env  # the parent's toolchain, pinned for the child
+    cubins = tmp_path / "sandbox-cache" / "cuda" / "cubin"
+
+    generator = LLMKernelGenerator(LLMConfig(model="unused", base_url="http://127.0.0.1:9", api_key="sk-test",
+                                             cache_dir=tmp_path / "cache"), language="cuda", use_cache=False,
+                                   artifacts_dir=tmp_path / "runs")
+    samples = [Sample((torch.randn(4, 64), (64,)), {})]
+    task, counts = generator._task("rms_norm", samples, "cuda")
+    problem = _FunctionProblem(generator, task, samples, counts)
+    loaded: list[str] = []
+
+    def child_load(code, task, samples, counts, cancel):  # what the sandbox child does at import
+        def no_compiler(*args, **kwargs):
+            raise AssertionError("the child compiled: the build was not in the cache")
+
+        with monkeypatch.context() as child:
+            for name, value in child_env.items():
+                child.setenv(name, value)
+            child.setattr(cuda_build, "_nvrtc_compile", no_compiler)
+            child.setattr(cuda_build, "_nvcc_compile", no_compiler)
+            cuda_runtime.clear_loaded()
+            path = tmp_path / f"candidate{len(loaded)}.py"
+            path.write_text(code)
+            cuda.load(path, f"kforge_test_prebuilt_{len(loaded)}")
+        loaded.append(code)
+        return "verdict"
+
+    monkeypatch.setattr(generator, "_run_sandbox", child_load)
+    try:
+        assert problem.evaluate(RMS_NORM_FILE, threading.Event()) == "verdict"
+        assert len(list(cubins.glob("*.cubin"))) == 1 and loaded == [RMS_NORM_FILE]
+        # a candidate that fails screening is not built (the sandbox reports the screen's findings)
+        forbidden = RMS_NORM_FILE.replace("rsqrtf(", "printf(\"x\"); rsqrtf(")
+        assert get_language("cuda").screen(forbidden, "rms_norm")
+        monkeypatch.setattr(generator, "_run_sandbox", lambda *args: "screened")
+        assert problem.evaluate(forbidden, threading.Event()) == "screened"
+        assert len(list(cubins.glob("*.cubin"))) == 1
+    finally:
+        generator.close()
+        cuda_runtime.clear_loaded()
+    assert generator._build_pools == {}

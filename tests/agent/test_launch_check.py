@@ -345,8 +345,10 @@ _CORPUS_ARGS: dict[str, Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]] = 
 def _runnable_honest_corpus() -> list[tuple[str, str, str]]:
     from tests.agent.test_screening import HONEST
 
+    # Triton kernels only: the corpus's CUDA kernels (cassettes recorded with --language cuda) cannot launch on a
+    # CPU; tests/agent/test_cuda_launch_check.py covers the CUDA launch check.
     return [(label, fn, src) for label, fn, src in HONEST if fn in _CORPUS_ARGS and "HANG" not in label
-            and "COMPILE_ERROR" not in label]
+            and "COMPILE_ERROR" not in label and "load_cuda(" not in src]
 
 
 CORPUS = _runnable_honest_corpus()

@@ -163,8 +163,9 @@ class BuildPool:
     def map(self, cuda_sources: Iterable[str]) -> list[Future[Build]]:
         return [self.submit(s) for s in cuda_sources]
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
+    def close(self, wait: bool = True) -> None:
+        """Stop the threads; `wait=False` drops queued builds and returns at once (running ones finish)."""
+        self._executor.shutdown(wait=wait, cancel_futures=not wait)
 
     def __enter__(self) -> BuildPool:
         return self

@@ -3,8 +3,11 @@
 Everything the rest of the agent needs from the language is here (the seam of issue 12): prompt fragments and the
 example file (`prompt_fragments()`), reply fences (`fence_tags`, `extract_reply`), screening (`screen`), the
 toolchain fingerprint (`toolchain_key()` for cache keys, `environment()` for the plan), the sandbox child's
-environment (`child_environment`), the build step (`build`, `build_pool`) and the loader (`load`, inherited: importing
-the file runs `load_cuda(CUDA_SRC)`, which fetches the cubin from the build cache or compiles it).
+environment (`child_environment`, `sandbox_cache_dir`), the build step (`build`, `build_pool`, and
+`candidate_build_pool`, which the generator uses to compile screened candidates on CPU threads before they queue for
+the GPU sandbox), the loader (`load`, inherited: importing the file runs `load_cuda(CUDA_SRC)`, which fetches the
+cubin from the build cache or compiles it) and the run-time launch check (`launch_monitor`: the same rules as
+Triton's, fed by the runtime's launch observer).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import re
 from concurrent.futures import Future
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from agent.languages.base import ExceptionClass, KernelLanguage, PromptFragments
 from agent.languages.cuda.build import Build, BuildPool, build_cubin, default_cache_dir
@@ -23,9 +26,18 @@ from agent.languages.cuda.source import CUDA_SOURCE_NAME, extract_cuda_source
 from agent.languages.cuda.toolchain import TOOLCHAIN_ENV, Toolchain, default_backend, toolchain
 from agent.screening.violation import Violation
 
+if TYPE_CHECKING:
+    from forge.checking.launch_check import LaunchMonitor
+
 __all__ = ["CudaLanguage"]
 
 PACKAGE_DIR = Path(__file__).parent
+
+
+def _runtime_roots() -> tuple[Path, ...]:
+    """Directories whose ATen ops are not the candidate's: the harness's languages (the CUDA runtime) and sandbox."""
+    agent_root = PACKAGE_DIR.parents[1]
+    return (agent_root / "languages", agent_root / "sandbox")
 
 
 class CudaLanguage(KernelLanguage):
@@ -85,6 +97,19 @@ class CudaLanguage(KernelLanguage):
     def screen(self, source: str, function_name: str | None = None) -> list[Violation]:
         return screen_cuda_file(source, function_name, self.entry_point)
 
+    def launch_monitor(self) -> LaunchMonitor:
+        """The run-time launch check (`forge.checking.launch_check`): counts launches of the candidate's own
+        `extern "C" __global__` kernels (`kernels.k[grid, block](...)` on the `load_cuda` handle; the runtime's
+        launch observer, `runtime.install_launch_counting`) and records the ATen ops the candidate's Python runs; ops
+        made by the harness's runtime (`agent.languages`, `agent.sandbox`) are not the candidate's. So a launcher
+        that launches nothing and returns PyTorch's result, or lets PyTorch compute beside a launch, is refused like
+        a Triton one. Installs the counting observer (imports torch); call it before loading the candidate."""
+        from agent.languages.cuda.runtime import install_launch_counting
+        from forge.checking.launch_check import LaunchMonitor
+
+        install_launch_counting()
+        return LaunchMonitor(self.name, ignored_roots=_runtime_roots())
+
     def device_types(self) -> tuple[str, ...]:
         """CUDA only: there is no CPU interpreter for CUDA C++ (CPU CI compiles, it does not run)."""
         return ("cuda",)
@@ -140,6 +165,20 @@ class CudaLanguage(KernelLanguage):
         return CandidateBuildPool(BuildPool(self._cubin_toolchain(arch), cache_dir or default_cache_dir(),
                                             max_workers))
 
+    def candidate_build_pool(self) -> CandidateBuildPool | None:
+        """The build pool whose cubins sandbox children load (`sandbox_cache_dir()`, this process's toolchain, which
+        `child_environment` pins in the child, so both compute the same build key); None where nothing can be built
+        ahead: no GPU arch here, or the `load_inline` backend (its children build torch extensions, not cubins)."""
+        if default_backend() == "load_inline":
+            return None
+        try:
+            chain = self._cubin_toolchain(None)
+        except Exception:  # noqa: BLE001 - no torch CUDA: the children work their toolchain out themselves
+            return None
+        if chain.arch is None:
+            return None
+        return CandidateBuildPool(BuildPool(chain, self.sandbox_cache_dir()))
+
     @staticmethod
     def _cubin_toolchain(arch: str | None) -> Toolchain:
         backend = default_backend()
@@ -171,8 +210,8 @@ class CandidateBuildPool:
             return failed
         return self.pool.submit(cuda_source)
 
-    def close(self) -> None:
-        self.pool.close()
+    def close(self, wait: bool = True) -> None:
+        self.pool.close(wait)
 
     def __enter__(self) -> CandidateBuildPool:
         return self

@@ -34,9 +34,10 @@ from agent.languages.cuda.build import build_cubin, compile_text, default_cache_
 from agent.languages.cuda.diagnostics import CudaCompileError, parse_compiler_output
 from agent.languages.cuda.source import KernelParam, KernelSignature, parse_kernels
 from agent.languages.cuda.toolchain import Toolchain, toolchain
+from forge.checking.launch_check import note_launch
 
-__all__ = ["CudaKernels", "CudaLaunchError", "add_launch_observer", "clear_loaded", "load_cuda",
-           "remove_launch_observer"]
+__all__ = ["CudaKernels", "CudaLaunchError", "add_launch_observer", "clear_loaded", "install_launch_counting",
+           "load_cuda", "remove_launch_observer"]
 
 _MAX_STATIC_SHARED = 48 * 1024
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -63,6 +64,20 @@ def add_launch_observer(observer: Callable[[str, tuple, tuple, int], None]) -> N
 
 def remove_launch_observer(observer: Callable[[str, tuple, tuple, int], None]) -> None:
     _LAUNCH_OBSERVERS.remove(observer)
+
+
+def _count_launch(kernel: str, grid: tuple, block: tuple, shared: int) -> None:
+    note_launch(kernel)
+
+
+def install_launch_counting() -> None:
+    """Count every successful launch of a candidate's kernel into the active launch watch
+    (`forge.checking.launch_check.note_launch`; nothing is counted outside a watch). Idempotent; installed by
+    `CudaLanguage.launch_monitor()` in the processes that judge candidates, never by a plain load (production
+    launches keep the observer list empty). A launch the driver refuses raises before the observers run, so it
+    does not count."""
+    if _count_launch not in _LAUNCH_OBSERVERS:
+        _LAUNCH_OBSERVERS.append(_count_launch)
 
 
 # ---------------------------------------------------------------------------------------------- arguments
