@@ -27,7 +27,7 @@ else
     step "demo-$demo-cuda" 220 python3 -m forge.cli optimize --demo "$demo" --language cuda --device cuda --no-static \
       --unsafe-sandbox --benchmark --out "$logs/$demo-cuda.plan.json"
   done
-  step gpu-tests 130 python3 -m pytest -q -p no:cacheprovider -m cuda ${GPU_TESTS:-tests/agent/test_cuda_stacking.py tests/agent/test_cuda_launch_check.py tests/forge/checking/test_spot_check.py}
+  step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider -m "cuda and not slow" ${GPU_TESTS:-tests/agent/test_cuda_stacking.py tests/agent/test_cuda_launch_check.py tests/agent/test_cuda_language.py tests/agent/sandbox tests/forge/checking}
 fi
 cat "$logs/summary.txt"
 tar -czf "${OUT:-/tmp/out}/session3.tar.gz" -C "$(dirname "$logs")" session3
