@@ -63,6 +63,11 @@ class KernelLanguage(ABC):
     file_suffix: ClassVar[str] = ".py"
     fence_tags: ClassVar[tuple[str, ...]] = ("python", "py")
     entry_point: ClassVar[str] = "kernel_function"
+    # The optimize prompt's advice for a compute-bound kernel (`agent.prompting.views.Performance`), in the
+    # language's own terms.
+    compute_bound_hint: ClassVar[str] = (
+        "use the GPU's matrix units on tiles (bf16/fp16 inputs, fp32 accumulation; IEEE fp32 for fp32 inputs), larger "
+        "tiles, keep operands in registers/shared memory, grouped tile ordering for L2 reuse")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

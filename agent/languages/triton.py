@@ -20,7 +20,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agent.languages.base import ExceptionClass, KernelLanguage, PromptFragments
 from agent.languages.triton_hooks import install_interpreter_autotune, install_triton_hooks, interpreting
@@ -137,6 +137,10 @@ def _runtime_roots() -> tuple[Path, ...]:
 
 class TritonLanguage(KernelLanguage):
     """Triton: `@triton.jit` kernels plus a Python `kernel_function` that allocates outputs and launches them."""
+    compute_bound_hint: ClassVar[str] = (
+        "use tl.dot on tiles (bf16/fp16 inputs, fp32 accumulation; fp32 inputs with input_precision='ieee'), larger "
+        "tiles, tune num_warps/num_stages, keep operands in registers/shared memory, grouped tile ordering for L2 "
+        "reuse")
 
     name = "triton"
     display_name = "Triton"

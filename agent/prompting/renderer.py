@@ -224,7 +224,7 @@ class PromptRenderer:
             "optimize.j2",
             **self._function_context(task),
             code=code,
-            performance=perf.template_context(calls=len(task.samples)),
+            performance=perf.template_context(calls=len(task.samples), language=task.language),
         )
 
     def generate_module(self, task: ModuleTask) -> str:
@@ -239,7 +239,7 @@ class PromptRenderer:
             "optimize_module.j2",
             **self._module_context(task),
             code=code,
-            performance=perf.template_context(calls=1),
+            performance=perf.template_context(calls=1, language=task.language),
         )
 
     def fix_module(self, task: ModuleTask, previous_code: str | None, failure: Any) -> str:

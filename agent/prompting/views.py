@@ -487,8 +487,9 @@ class Performance:
             return None
         return self.latency_ms * 1e3 / max(calls, 1) / self.launch_overhead_us
 
-    def interpretation(self, calls: int) -> list[str]:
-        """Short diagnoses of where the time goes, most important first."""
+    def interpretation(self, calls: int, language: Any = None) -> list[str]:
+        """Short diagnoses of where the time goes, most important first (advice in `language`'s terms: a name or
+        `KernelLanguage`; None: Triton's)."""
         notes: list[str] = []
         ratio = self.launch_ratio(calls)
         fraction = self.roofline_fraction
@@ -535,11 +536,10 @@ class Performance:
                        if fraction < FAR_ROOFLINE_FRACTION else "")
                 )
             else:
-                notes.append(
-                    f"at {percent} of the FLOP floor: compute-bound — use tl.dot on tiles (bf16/fp16 inputs, fp32 "
-                    "accumulation; fp32 inputs with input_precision='ieee'), larger tiles, tune num_warps/num_stages, "
-                    "keep operands in registers/shared memory, grouped tile ordering for L2 reuse"
-                )
+                from agent.languages import get_language
+
+                hint = get_language(language if language is not None else "triton").compute_bound_hint
+                notes.append(f"at {percent} of the FLOP floor: compute-bound — {hint}")
         speedup = self.speedup
         if speedup is not None:
             if speedup < 1:
@@ -548,7 +548,7 @@ class Performance:
                 notes.append(f"{speedup:.2f}x faster than PyTorch eager")
         return notes
 
-    def template_context(self, calls: int) -> dict[str, Any]:
+    def template_context(self, calls: int, language: Any = None) -> dict[str, Any]:
         calls = self.calls or calls
         ratio = self.launch_ratio(calls)
         roofline = self.roofline
@@ -573,7 +573,7 @@ class Performance:
             "roofline_bytes": f"{roofline.bytes_moved / 1e6:.3g} MB" if roofline is not None else None,
             "roofline_flops": f"{roofline.flops / 1e9:.3g} GFLOP" if roofline is not None else None,
             "ceilings": roofline.ceilings.describe() if roofline is not None else None,
-            "interpretation": self.interpretation(calls),
+            "interpretation": self.interpretation(calls, language),
         }
 
 

@@ -315,6 +315,21 @@ def test_performance_interpretation_memory_bound_and_launch_bound():
     assert "host-side Python overhead" in notes[0]
 
 
+def test_compute_bound_advice_is_in_the_task_language(renderer):
+    """The optimize prompt's compute-bound advice names the language's tools: `tl.dot` for Triton, tensor cores
+    through `<mma.h>` for CUDA C++ (issue 12: a CUDA conversation was told to tune num_warps)."""
+    a, b = TensorSpec((4096, 4096), torch.bfloat16), TensorSpec((4096, 4096), torch.bfloat16)
+    roofline = estimate("linear", [Sample((a, b), {})], "NVIDIA H200")
+    assert roofline.bound == "compute"
+    perf = Performance(latency_ms=roofline.floor_ms / 0.3, baseline_ms=roofline.floor_ms / 0.5, roofline=roofline)
+    triton, cuda = perf.interpretation(calls=1), perf.interpretation(calls=1, language="cuda")
+    assert any("compute-bound — use tl.dot" in n for n in triton) and not any("tl.dot" in n for n in cuda)
+    assert any("compute-bound — use tensor cores" in n and "mma.h" in n for n in cuda)
+    task = KernelTask("linear", [Sample((a, b), {})], "NVIDIA H200", (9, 0), language="cuda")
+    text = renderer.optimize(task, "def kernel_function(input, weight, bias=None):\n    pass\n", perf)
+    assert "use tensor cores" in text and "num_warps" not in text
+
+
 def test_performance_reads_benchmark_results():
     record = SimpleNamespace(latency_ms={"median_ms": 0.05, "q25_ms": 0.04}, baseline_ms=SimpleNamespace(median_ms=0.1),
                              launch_overhead_us=4.0)

@@ -45,6 +45,10 @@ class CudaLanguage(KernelLanguage):
 
     name = "cuda"
     display_name: ClassVar[str] = "CUDA C++"
+    compute_bound_hint: ClassVar[str] = (
+        "use tensor cores on tiles (`<mma.h>` wmma fragments for bf16/fp16 inputs with fp32 accumulation; fp32 inputs "
+        "stay on IEEE FMA, no TF32), larger tiles staged through shared memory (cp.async via `<cuda_pipeline.h>`), "
+        "several outputs per thread in registers, grouped tile ordering for L2 reuse")
     file_suffix = ".py"
     fence_tags = ("python", "py", "python3", "cuda", "cu", "cpp", "c++")
     entry_point = "kernel_function"
