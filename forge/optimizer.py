@@ -18,6 +18,8 @@ Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
 A failing provider or generator is reported and skipped; it never breaks the plan. Report statuses are
 `ReportStatus` values: a candidate the oracle rejects is `mismatch` or `runtime_error` (`forge.outcome.Outcome`);
+one whose output on a timed pass differs from the reference (`forge.checking.spot_check`, checked while it is timed
+in step 6) is `mismatch` too, its error naming the spot check, the pass and the worst error, and is never selected;
 a failure of the harness (the reference raising or running out of memory in `validate`, the PyTorch baseline failing
 to be timed) is `harness_error`, never charged to the candidate. Candidate code (a provider's `prepare` and calls, a
 generator's `prepare`/`submit`/result, a generated provider's attributes) runs inside `forge.outcome`'s containment:
@@ -45,6 +47,7 @@ from torch import nn
 from forge.checking import BenchmarkResult, KernelUtils
 from forge.checking.benchmarking import NotCapturableError, samples_device
 from forge.checking.integrity import Snapshot
+from forge.checking.spot_check import SpotCheckError
 from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
@@ -484,8 +487,18 @@ class KernelOptimizer:
                 timed: list[_Candidate] = []
                 for c in search.candidates:
                     try:
-                        c.result = utils.benchmark(CandidateCall(c.provider), search.benchmark_samples)
+                        c.result = utils.benchmark(CandidateCall(c.provider), search.benchmark_samples,
+                                                   reference=search.reference)
                         judge.check(f"while timing {c.provider.name}")
+                    except SpotCheckError as exc:  # wrong on a timed pass: rejected like any wrong output
+                        logger.warning("%s failed the spot check of its timed passes: %s", c.description, exc)
+                        self._row(name, c.provider.name, c.source, ReportStatus.MISMATCH, error=str(exc))
+                        continue
+                    except HarnessError as exc:  # the reference failed on the timed inputs: not the candidate
+                        logger.warning("The harness failed spot-checking %s: %s", c.description, exc)
+                        self._row(name, c.provider.name, c.source, ReportStatus.HARNESS_ERROR,
+                                  error=f"{type(exc).__name__}: {exc}")
+                        continue
                     except NotCapturableError as exc:
                         logger.warning("%s cannot run under CUDA graphs: %s", c.description, exc)
                         self._row(name, c.provider.name, c.source, ReportStatus.NOT_CAPTURABLE, error=str(exc))

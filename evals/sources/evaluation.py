@@ -49,7 +49,7 @@ import torch
 
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
-from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils
+from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils, SpotCheckError
 from forge.checking.expectation import tensor_bytes
 from forge.checking.validation import LARGE_INPUT_BYTES
 from forge.execution import TimingMode
@@ -424,7 +424,10 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
     scale = sum(count for count, _ in calls) / len(distribution)
     with phase("timing"):
         try:
-            timed = utils.benchmark(fn, distribution)
+            timed = utils.benchmark(fn, distribution, reference=problem.reference)
+        except SpotCheckError as exc:  # a timed pass's output differs from the reference
+            record["failure_reason"] = failure_text("incorrect", str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - a kernel that fails when timed is not usable
             record["failure_reason"] = _exception_reason("benchmark error", exc)
             return

@@ -15,10 +15,28 @@ evals, end-to-end), so the same call gets the same number whichever component me
 
 Host-inclusive mode in detail:
 
-A pass calls `fn` once per sample, in order (samples may repeat). Before every pass, warm-up or timed, the
-inputs are cloned afresh when all inputs of a pass together take at most 64 MB (and the previous two passes'
-clones are kept alive, so no pass sees the addresses of the one before: caching by `data_ptr` does not pay off);
-bigger inputs rotate between two cloned sets. Cloning, and then the L2 flush, happen outside the timed region.
+A pass calls `fn` once per sample, in order (samples may repeat). Inputs (issue 10: nothing about the calls may
+tell a kernel it is timed rather than judged): two input sets laid out like the samples (shape, strides, storage
+offset) are allocated up front; before every pass, warm-up or timed, a random one of them is refilled in place with
+new values, outside the timed region. The values are a re-arrangement of the samples' own: for each floating,
+finite, non-overlapping tensor of more than one element, a random rotation of its elements (in logical order) of
+one of two variants, the samples or (inputs up to 64 MB) a reversed copy made once up front; integer and bool
+tensors, additive masks (infinities) and expanded tensors keep their values. So the distribution, and the timing,
+stay those of the captured call, while values never repeat between passes (a rotation repeats with probability
+1/numel): before, every pass re-cloned the same values, so a cache keyed by a value fingerprint paid off (selected
+at 3.5x) and a kernel wrong on recycled inputs was timed as doing nothing. Addresses now recur at random, as
+activations' do in a model (the caching allocator), so a cache keyed by `data_ptr` serves stale values, which the
+spot check catches. Memory: two input sets, as the rotation for inputs over 64 MB was (below 64 MB the previous
+design held up to three fresh clones), plus the reversed copy up to 64 MB. Warm-up uses each set once (its first
+touch, page faults included, is not timed). Refilling costs one copy per pass, as the clone it replaces did.
+
+Spot checks (`spot_check=SpotCheck(reference)`, `forge.checking.spot_check`): the outputs of 1-2 random timed
+passes (one in device mode on CUDA: one replay's output buffers copied out) are kept and, after the loop and the
+integrity check, compared with the reference on the same (rebuilt) inputs with `validate`'s tolerances;
+`SpotCheckError` names the pass, the call and the worst error. Measured on the loaded 2-core CPU machine, F.silu
+with `KernelUtils` defaults: one fp32 [8, 64] sample, +3 ms on a 0.25 s benchmark; one fp32 [64, 4096] sample,
++0.3 s on 0.3-0.4 s (a checked call costs what one `validate` case's expectation does: float64 and native reference
+runs and the allowance; `validate` of that sample took 1.2-3.4 s). On CUDA the reference runs on the device.
 
 On CUDA: CUDA events around the pass, an L2 flush (zeroing a 256 MB buffer) before each timed pass and a sync after
 it (so the pass's host work starts on an idle device and counts), and a
@@ -37,7 +55,10 @@ benchmark never returns a number measured with a patched clock or a patched `tor
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,14 +69,20 @@ import torch
 from forge.checking import integrity
 from forge.checking.inputs import as_sample, materialise
 from forge.checking.integrity import Group, IntegrityError
+from forge.checking.spot_check import SpotCheck, SpotCheckError, SpotRecorder
 from forge.execution import TimingMode, parse_timing_mode
-from forge.samples import Sample, clone_value, iter_tensors
+from forge.samples import Sample, TensorSpec, clone_tensor, clone_value, iter_tensors, map_values
 
-__all__ = ["BenchmarkResult", "IntegrityError", "NotCapturableError", "benchmark", "samples_device"]
+__all__ = [
+    "BenchmarkResult", "IntegrityError", "NotCapturableError", "SpotCheck", "SpotCheckError", "benchmark",
+    "samples_device",
+]
 
 _SMALL_INPUT_BYTES = 64 << 20
 _L2_FLUSH_BYTES = 256 << 20
 _MAX_ROUNDS = 10_000
+# What a timed pass hands back when the spot check keeps it: its outputs and its inputs after the calls.
+_Kept = tuple[list[Any], list[Sample]] | None
 
 
 @dataclass(frozen=True)
@@ -200,32 +227,116 @@ def samples_device(samples: Sequence[Sample]) -> torch.device:
     return devices[0] if devices else torch.device("cpu")
 
 
-class _InputSource:
-    """Fresh clones per pass (small inputs, last two passes kept alive) or two rotating clone sets."""
+@dataclass(frozen=True)
+class _Draw:
+    """How one pass's input values were made: a value variant and the seed of its per-tensor rolls."""
 
-    def __init__(self, samples: list[Sample]) -> None:
-        self._samples = samples
-        nbytes = sum(t.untyped_storage().nbytes() for s in samples for t in iter_tensors((s.args, s.kwargs)))
-        self.fresh = nbytes <= _SMALL_INPUT_BYTES
-        self._alive: list[list[Sample]] = []
-        self._rotation = [] if self.fresh else [self._clone(), self._clone()]
-        self._turn = 0
+    variant: int
+    seed: int
+
+
+def _rollable(tensor: torch.Tensor) -> bool:
+    """Floating, finite, more than one element, no overlapping elements: its values may be re-arranged. Integer and
+    bool tensors (indices, targets, masks), additive masks (infinities) and expanded tensors keep their values."""
+    return (tensor.is_floating_point() and tensor.numel() > 1 and tensor.layout == torch.strided
+            and torch._debug_has_internal_overlap(tensor) == 0 and bool(torch.isfinite(tensor).all()))
+
+
+def _empty_same_layout(src: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor with `src`'s shape, strides and storage offset (as `clone_tensor` lays it out)."""
+    spec = TensorSpec.of(src, with_stats=False)
+    storage = torch.empty(max(spec.storage_size(), 1), dtype=src.dtype, device=src.device)
+    return storage.as_strided(spec.shape, spec.stride, spec.storage_offset)
+
+
+def _write_rolled(out: torch.Tensor, src: torch.Tensor, shift: int) -> torch.Tensor:
+    """`out` = `src`'s elements (in logical order) rotated by `shift`: one copy, no temporary when contiguous."""
+    n = src.numel()
+    if src.is_contiguous() and out.is_contiguous():
+        flat_out, flat_src = out.view(-1), src.view(-1)
+        flat_out[shift:].copy_(flat_src[: n - shift])
+        flat_out[:shift].copy_(flat_src[n - shift:])
+    else:
+        out.copy_(src.reshape(-1).roll(shift).view(src.shape))
+    return out
+
+
+def _reversed_copy(src: torch.Tensor) -> torch.Tensor:
+    out = _empty_same_layout(src)
+    out.copy_(src.reshape(-1).flip(0).view(src.shape))
+    return out
+
+
+class _InputSource:
+    """The inputs of each pass: two sets of tensors laid out like the samples, refilled in place with new values
+    before every pass (outside the timed region).
+
+    Values: `variants` (the samples and, for inputs up to 64 MB, a copy with every re-arrangeable tensor's elements
+    reversed, made once up front) and per pass a random variant whose re-arrangeable tensors (`_rollable`) are each
+    rotated by a random number of elements: one copy per pass, as the clone it replaces was. Addresses: each pass
+    uses one of the two sets at random, so addresses recur as they do in a model (the caching allocator hands an
+    activation the same memory every forward), while the values never do. `next(index)` picks the set (warm-up
+    uses each once); `build(draw)` rebuilds a pass's values in new tensors (for the spot check)."""
+
+    sets = 2
+
+    @torch.no_grad()
+    def __init__(self, samples: list[Sample], rng: random.Random) -> None:
+        self._rng = rng
+        tensors = [t for s in samples for t in iter_tensors((s.args, s.kwargs))]
+        self.small = sum(t.untyped_storage().nbytes() for t in tensors) <= _SMALL_INPUT_BYTES
+        self._rollable = [_rollable(t) for t in tensors]
+        self._variants = [samples]
+        if self.small and any(self._rollable):
+            self._variants.append(self._map(samples, lambda t, roll: _reversed_copy(t) if roll else t))
+        self._sets = [self._clone() for _ in range(self.sets)]
+        self.last: _Draw | None = None
+
+    def _map(self, samples: list[Sample], fn: Callable[[torch.Tensor, bool], torch.Tensor]) -> list[Sample]:
+        flags = iter(self._rollable)
+        visit = lambda v: fn(v, next(flags)) if isinstance(v, torch.Tensor) else v  # noqa: E731
+        return [Sample(map_values(tuple(s.args), visit), map_values(dict(s.kwargs), visit)) for s in samples]
 
     def _clone(self) -> list[Sample]:
-        return [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))) for s in self._samples]
+        return _clone_samples(self._variants[0])
 
-    def next(self) -> list[Sample]:
-        if not self.fresh:
-            self._turn ^= 1
-            return self._rotation[self._turn]
-        inputs = self._clone()
-        self._alive = [*self._alive[-1:], inputs]  # this pass and the previous one stay alive
-        return inputs
+    def _shifts(self, draw: _Draw) -> list[int]:
+        rng = random.Random(draw.seed)
+        tensors = [t for s in self._variants[0] for t in iter_tensors((s.args, s.kwargs))]
+        return [rng.randrange(1, t.numel()) if roll else 0 for t, roll in zip(tensors, self._rollable, strict=True)]
+
+    @torch.no_grad()
+    def build(self, draw: _Draw) -> list[Sample]:
+        """New tensors holding the values of `draw`."""
+        shifts = iter(self._shifts(draw))
+
+        def make(t: torch.Tensor, roll: bool) -> torch.Tensor:
+            shift = next(shifts)
+            return _write_rolled(_empty_same_layout(t), t, shift) if roll else clone_tensor(t)
+
+        return self._map(self._variants[draw.variant], make)
+
+    @torch.no_grad()
+    def next(self, index: int | None = None) -> list[Sample]:
+        """A set (`index`, else a random one) refilled with a new draw; `last` says which draw."""
+        self.last = draw = _Draw(self._rng.randrange(len(self._variants)), self._rng.getrandbits(62))
+        target = self._sets[self._rng.randrange(self.sets) if index is None else index % self.sets]
+        sources = [t for s in self._variants[draw.variant] for t in iter_tensors((s.args, s.kwargs))]
+        targets = [t for s in target for t in iter_tensors((s.args, s.kwargs))]
+        for out, src, shift in zip(targets, sources, self._shifts(draw), strict=True):
+            if shift:
+                _write_rolled(out, src, shift)
+            elif torch._debug_has_internal_overlap(out) == 0:
+                out.copy_(src)  # undo what an in-place kernel did to the values that are not re-arranged
+        return target
 
 
-def _run_pass(fn: Callable[..., Any], inputs: list[Sample]) -> None:
-    for sample in inputs:
-        fn(*sample.args, **sample.kwargs)
+def _run_pass(fn: Callable[..., Any], inputs: list[Sample], keep: bool = False) -> list[Any] | None:
+    if not keep:
+        for sample in inputs:
+            fn(*sample.args, **sample.kwargs)
+        return None
+    return [fn(*sample.args, **sample.kwargs) for sample in inputs]
 
 
 class _CudaTimer:
@@ -252,17 +363,17 @@ class _CudaTimer:
             overheads.append(all_ms - stream_ms)
         return sorted(overheads)[len(overheads) // 2]
 
-    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample]) -> float:
+    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample], keep: bool = False) -> tuple[float, _Kept]:
         if self.flush is not None:
             self.flush.zero_()
             # Host-inclusive: wait for the flush, or the pass's host work (launches, wrapper code) would hide behind
             # its 67 us on the H200 and a pass shorter than that would measure device time only.
             torch.cuda.synchronize(self.device)
         self.start.record()
-        _run_pass(fn, inputs)
+        outputs = _run_pass(fn, inputs, keep)
         self.end_stream.record()
         stream_ms, all_ms = self._events()
-        return max(stream_ms, all_ms - self.sync_overhead_ms)
+        return max(stream_ms, all_ms - self.sync_overhead_ms), None if outputs is None else (outputs, inputs)
 
 
 class NotCapturableError(RuntimeError):
@@ -282,6 +393,7 @@ class _GraphTimer:
         self.end = torch.cuda.Event(enable_timing=True)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: list[Sample] = []
+        self.outputs: list[Any] = []  # the captured pass's output buffers, rewritten by every replay
 
     def capture(self, fn: Callable[..., Any], inputs: list[Sample]) -> None:
         self.static = inputs
@@ -289,7 +401,7 @@ class _GraphTimer:
         stream = torch.cuda.current_stream(self.device)
         try:
             with torch.cuda.graph(graph):
-                _run_pass(fn, inputs)
+                self.outputs = _run_pass(fn, inputs, keep=True) or []
         except Exception as exc:
             _recover_from_failed_capture(stream)
             raise NotCapturableError(
@@ -308,7 +420,7 @@ class _GraphTimer:
                 if target.data_ptr() != source.data_ptr():
                     target.copy_(source)
 
-    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample]) -> float:
+    def time_pass(self, fn: Callable[..., Any], inputs: list[Sample], keep: bool = False) -> tuple[float, _Kept]:
         assert self.graph is not None
         self.load(inputs)
         if self.flush is not None:
@@ -319,7 +431,10 @@ class _GraphTimer:
         self.graph.replay()
         self.end.record()
         self.end.synchronize()
-        return self.start.elapsed_time(self.end)
+        # A kept replay: its output buffers (and inputs, which an in-place kernel updates) are copied out now,
+        # outside the timed region, before the next replay rewrites them.
+        kept = (clone_value(list(self.outputs)), _clone_samples(self.static)) if keep else None
+        return self.start.elapsed_time(self.end), kept
 
 
 def _recover_from_failed_capture(stream: torch.cuda.Stream) -> None:
@@ -350,66 +465,98 @@ def benchmark(
     min_run_time_s: float = 0.25,
     flush_l2: bool = True,
     mode: TimingMode | str = TimingMode.EAGER,
+    spot_check: SpotCheck | None = None,
 ) -> BenchmarkResult:
     """Time passes of `fn` over `samples` in `mode` (see the module docstring); exceptions from `fn` propagate, and
-    in device mode on CUDA a callable that cannot be captured raises `NotCapturableError`."""
+    in device mode on CUDA a callable that cannot be captured raises `NotCapturableError`. With `spot_check`, the
+    outputs of a few random timed passes are compared with its reference after timing: `SpotCheckError` when one
+    differs (`forge.checking.spot_check`)."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if warmup < 0 or rounds < 1 or min_run_time_s < 0:
         raise ValueError(
             f"need warmup >= 0, rounds >= 1 and min_run_time_s >= 0 (got {warmup}, {rounds}, {min_run_time_s})"
         )
+    if spot_check is not None and not isinstance(spot_check, SpotCheck):
+        raise TypeError(f"spot_check must be a SpotCheck, got {type(spot_check).__name__}")
     timing = parse_timing_mode(mode)
     integrity.verify_baseline("before timing")
     materialised = _materialise(samples)
     if not materialised:
         raise ValueError("benchmark needs at least one sample")
     device = samples_device(materialised)
-    source = _InputSource(materialised)
+    source = _InputSource(materialised, random.Random(int.from_bytes(os.urandom(8), "little")))
+    graphed = device.type == "cuda" and timing is TimingMode.DEVICE
+    spot = None
+    if spot_check is not None:
+        spot = SpotRecorder(spot_check, max_passes=None if source.small and not graphed else 1)
     with torch.no_grad():
         if device.type == "cuda":
             with torch.cuda.device(device):
-                if timing is TimingMode.DEVICE:
+                if graphed:
                     graph_timer = _GraphTimer(device, flush_l2)
                     _warm_up(fn, source, max(warmup, 1), device)  # compile and autotune before capture
                     graph_timer.capture(fn, source.next())
                     times = _timing_loop(fn, source, graph_timer.time_pass, 1, rounds, min_run_time_s, device,
-                                         warm=lambda _fn, inputs: graph_timer.graph.replay())
+                                         warm=lambda _fn, inputs: graph_timer.graph.replay(), spot=spot,
+                                         copied=True)
                 else:
                     timer = _CudaTimer(device, flush_l2)
-                    times = _timing_loop(fn, source, timer.time_pass, warmup, rounds, min_run_time_s, device)
+                    times = _timing_loop(fn, source, timer.time_pass, warmup, rounds, min_run_time_s, device,
+                                         spot=spot)
         else:
-            times = _timing_loop(fn, source, _time_cpu_pass, warmup, rounds, min_run_time_s, device)
+            times = _timing_loop(fn, source, _time_cpu_pass, warmup, rounds, min_run_time_s, device, spot=spot)
     integrity.verify_baseline("after timing")
+    if spot is not None:  # after the clocks and torch.Tensor were found unchanged; nothing here is timed
+        with torch.no_grad(), _on(device):
+            spot.verify(source.build)
     return summarize(times, str(device), timing)
 
 
+def _on(device: torch.device) -> Any:
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _clone_samples(samples: list[Sample]) -> list[Sample]:
+    return [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))) for s in samples]
+
+
+def _warm_passes(warmup: int) -> int:
+    """Warm-up passes: `warmup`, but each input set at least once when there is a warm-up (its first touch, page
+    faults included, is not timed)."""
+    return max(warmup, _InputSource.sets) if warmup else 0
+
+
 def _warm_up(fn: Callable[..., Any], source: _InputSource, passes: int, device: torch.device) -> None:
-    for _ in range(passes):
-        _run_pass(fn, source.next())
+    for index in range(_warm_passes(passes)):
+        _run_pass(fn, source.next(index))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _time_cpu_pass(fn: Callable[..., Any], inputs: list[Sample]) -> float:
+def _time_cpu_pass(fn: Callable[..., Any], inputs: list[Sample], keep: bool = False) -> tuple[float, _Kept]:
     start = time.perf_counter()
-    _run_pass(fn, inputs)
-    return (time.perf_counter() - start) * 1e3
+    outputs = _run_pass(fn, inputs, keep)
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    return elapsed_ms, None if outputs is None else (outputs, inputs)
 
 
 def _timing_loop(
     fn: Callable[..., Any],
     source: _InputSource,
-    time_pass: Callable[[Callable[..., Any], list[Sample]], float],
+    time_pass: Callable[[Callable[..., Any], list[Sample], bool], tuple[float, _Kept]],
     warmup: int,
     rounds: int,
     min_run_time_s: float,
     device: torch.device,
     warm: Callable[[Callable[..., Any], list[Sample]], Any] = _run_pass,
+    spot: SpotRecorder | None = None,
+    copied: bool = False,
 ) -> list[float]:
-    for _ in range(warmup):
-        inputs = source.next()
-        warm(fn, inputs)
+    """Warm-up, then timed passes; a pass `spot` chooses hands back its outputs and inputs, copied (unless `copied`
+    says the timer copied them) because later passes refill the input sets and may reuse the output memory."""
+    for index in range(_warm_passes(warmup)):
+        warm(fn, source.next(index))
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     times: list[float] = []
@@ -417,6 +564,13 @@ def _timing_loop(
     loop_start = time.perf_counter()
     while len(times) < rounds or (time.perf_counter() - loop_start < min_run_time_s and len(times) < _MAX_ROUNDS):
         inputs = source.next()
-        times.append(time_pass(fn, inputs))
+        keep = spot is not None and spot.wants_next()
+        elapsed_ms, kept = time_pass(fn, inputs, keep)
+        times.append(elapsed_ms)
         clocks.check("during timing")
+        if spot is not None and kept is not None:
+            outputs, after = kept
+            if not copied:  # the next passes refill these input sets
+                outputs, after = clone_value(outputs), _clone_samples(after)
+            spot.keep(source.last, outputs, after)
     return times

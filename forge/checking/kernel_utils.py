@@ -10,6 +10,7 @@ change the checks; the optimizer and the LLM sandbox both go through it.
    `integrity` probe and the originals are put back;
 2. once `validate` passes, `forge.checking.probes` (randomised extra calls, wide inputs, in-place updates, input
    dependence, offset views, quiescence), each issue naming its probe in `ValidationIssue.run`.
+`KernelUtils.benchmark(fn, samples, reference=...)` also spot-checks timed passes (`forge.checking.spot_check`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from forge.checking.benchmarking import BenchmarkResult, benchmark
 from forge.checking.distribution import benchmark_distribution
 from forge.checking.integrity import Snapshot
 from forge.checking.probes import Probe, ProbeSettings, run_probes
+from forge.checking.spot_check import SpotCheck
 from forge.checking.tolerance import resolve_tolerances
 from forge.checking.validation import validate
 from forge.execution import TimingMode, parse_timing_mode
@@ -42,7 +44,8 @@ class KernelUtils:
     """Settings for `validate` and `benchmark` (see those functions for what each one means).
 
     `timing` is the clock every benchmark through this object uses (`eager`: host-inclusive, `device`: kernel time
-    from a CUDA-graph replay); `KernelOptimizer.make_plan(execution=...)` sets it from the execution mode."""
+    from a CUDA-graph replay); `KernelOptimizer.make_plan(execution=...)` sets it from the execution mode.
+    `spot_check_passes`: how many timed passes `benchmark(..., reference=...)` compares (`SpotCheck.passes`)."""
 
     fresh_inputs_per_sample: int = 2
     seed: int = 0
@@ -56,6 +59,7 @@ class KernelUtils:
     max_benchmark_calls: int = 64
     timing: TimingMode = TimingMode.EAGER
     probes: ProbeSettings = field(default_factory=ProbeSettings)
+    spot_check_passes: tuple[int, int] = (1, 2)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timing", parse_timing_mode(self.timing))
@@ -93,8 +97,16 @@ class KernelUtils:
             before.restore()
             raise
 
-    def benchmark(self, fn: Callable[..., Any], samples: Sequence[Sample]) -> BenchmarkResult:
-        """Per-pass timing of `fn` over `samples` (one pass calls `fn` on each sample in order)."""
+    def benchmark(
+        self, fn: Callable[..., Any], samples: Sequence[Sample], *, reference: Callable[..., Any] | None = None
+    ) -> BenchmarkResult:
+        """Per-pass timing of `fn` over `samples` (one pass calls `fn` on each sample in order). With `reference`,
+        a few random timed passes are compared with it afterwards, with this object's tolerances
+        (`forge.checking.spot_check`): `SpotCheckError` when `fn` computed something else while timed."""
+        spot_check = None
+        if reference is not None:
+            spot_check = SpotCheck(reference, passes=self.spot_check_passes, tolerances=self.tolerances,
+                                   error_factor=self.error_factor)
         return benchmark(
             fn,
             samples,
@@ -103,6 +115,7 @@ class KernelUtils:
             min_run_time_s=self.min_run_time_s,
             flush_l2=self.flush_l2,
             mode=self.timing,
+            spot_check=spot_check,
         )
 
     def benchmark_distribution(self, counted: Sequence[tuple[int, Sample]]) -> list[Sample]:

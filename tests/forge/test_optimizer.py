@@ -314,3 +314,30 @@ def test_a_failing_reference_is_a_harness_error_not_the_candidates(error) -> Non
     row = optimizer.report.set_index("candidate").loc["FastGeluProvider"]
     assert row["status"] == ReportStatus.HARNESS_ERROR and "HarnessError" in row["error"]
     assert ("ran out of memory" in row["error"]) == (not isinstance(error, ValueError))
+
+
+class _TimedPassCheat(FastGeluProvider, type_name="test_timed_pass_cheat_gelu"):
+    """Correct whenever it is validated; returns zeros once it is being timed (a perfect timed-pass detector)."""
+
+    timed = False
+
+    def _call(self, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+        out = super()._call(x, approximate)
+        return torch.zeros_like(out) if self.timed else out
+
+
+def test_a_candidate_wrong_only_while_timed_is_a_spot_check_mismatch(slow_baseline, monkeypatch) -> None:
+    cheat = _TimedPassCheat()
+    select = KernelOptimizer._select
+
+    def timing_starts(self, searches):  # type: ignore[no-untyped-def]
+        cheat.timed = True
+        return select(self, searches)
+
+    monkeypatch.setattr(KernelOptimizer, "_select", timing_starts)
+    optimizer = KernelOptimizer(kernel_providers=[cheat], kernel_utils=FAST_UTILS)
+    plan = optimizer.make_plan(GeluNet(), _data())
+    assert plan.entries == ()
+    row = optimizer.report.set_index("candidate").loc["_TimedPassCheat"]
+    assert row["status"] == ReportStatus.MISMATCH
+    assert "spot check of timed pass" in row["error"] and "max abs error" in row["error"]
