@@ -3,6 +3,7 @@
 # .whl) so that work in progress in the tree never travels. PART=a: the oracle + probes' peak memory at KernelBench
 # size and the harness time of six heavy KernelBench level-1 problems at their shipped sizes. PART=b: the CUDA demo
 # cassettes (rms_norm, group_norm written in CUDA by a stand-in model) through `kforge optimize`, and GPU tests.
+# PART=c: the checking package's GPU tests (spot checks in graph mode) and the adversarial corpus on the H200.
 # Output: $OUT/session3.tar.gz.
 set -uo pipefail
 root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
@@ -22,6 +23,10 @@ if [ "${PART:-a}" = a ]; then
   step kb6 330 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 150 --no-plots \
     --problems "${KB:-level1/35_GroupNorm_,level1/36_RMSNorm_,level1/99_TripletMarginLoss,level1/19_ReLU,level1/1_Square_matrix_multiplication_,level1/23_Softmax}" \
     --out "$logs/kb6"
+elif [ "${PART:-a}" = c ]; then
+  step gpu-tests-checking 200 python3 -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/forge/checking \
+    tests/forge/test_runtime_cuda.py tests/forge/test_optimizer.py
+  step adversarial 330 python3 benchmarks/adversarial_h200.py --unsafe-sandbox --jobs 4
 else
   for demo in llama unet; do
     step "demo-$demo-cuda" 220 python3 -m forge.cli optimize --demo "$demo" --language cuda --device cuda --no-static \
