@@ -566,7 +566,10 @@ def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.d
     pass_samples = [Sample(tuple(check.inputs), {})]
     with phase("timing"):
         try:
-            timed = utils.benchmark(check.candidate, pass_samples)
+            timed = utils.benchmark(check.candidate, pass_samples, reference=check.reference)
+        except SpotCheckError as exc:  # a timed forward's output differs from Model's
+            record["failure_reason"] = failure_text("incorrect", str(exc))
+            return
         except Exception as exc:  # noqa: BLE001
             record["failure_reason"] = _exception_reason("benchmark error", exc)
             return

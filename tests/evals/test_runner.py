@@ -519,3 +519,49 @@ def test_large_module_inputs_get_one_seed_and_the_record_says_so(tmp_path, monke
     record = evaluate_problem(ScriptedSource(modules={problem.id: MLP_NEW}), problem, 0, "cpu", kernel_utils=QUICK)
     assert record["correct"] and record["oracle_scaled"], record["failure_reason"]
     assert any("checked on seed 42 only" in note for note in record["notes"])
+
+
+class _WrongWhenTimed:
+    """Correct until the benchmark starts building its inputs, then off by one: a kernel that tells timing apart."""
+
+    timing = False
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        out = self.fn(*args, **kwargs)
+        return out + 1.0 if _WrongWhenTimed.timing else out
+
+
+class _TimedPassSource(EvalSource):
+    @property
+    def name(self) -> str:
+        return "wrong-when-timed"
+
+    def function_candidate(self, problem, samples, device, kernel_utils) -> Candidate:
+        return Candidate(name="detector", fn=_WrongWhenTimed(original_function(problem.function)))
+
+    def module_candidate(self, problem, device, kernel_utils) -> Candidate:
+        return Candidate(name="detector", build=lambda seed: _WrongWhenTimed(problem.instantiate(device, seed)[0]))
+
+
+def test_a_candidate_wrong_only_while_timed_is_incorrect_for_function_and_module_problems(tmp_path, monkeypatch):
+    """Issue 10: the eval spot-checks timed passes (function and module problems alike), so a candidate that passes
+    the oracle and the probes and then computes something else while timed is recorded as incorrect."""
+    from evals.sources.evaluation import evaluate_problem
+    from forge.checking import benchmarking
+
+    build_inputs = benchmarking._InputSource.__init__
+
+    def timing_starts(self, *args, **kwargs):
+        _WrongWhenTimed.timing = True
+        build_inputs(self, *args, **kwargs)
+
+    monkeypatch.setattr(benchmarking._InputSource, "__init__", timing_starts)
+    problems = [_smoke("smoke.relu")[0], load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[0]]
+    for problem in problems:
+        _WrongWhenTimed.timing = False
+        record = evaluate_problem(_TimedPassSource(), problem, 0, "cpu", kernel_utils=QUICK)
+        assert not record["correct"], problem.id
+        assert record["failure_reason"].startswith("incorrect") and "spot check" in record["failure_reason"], record
