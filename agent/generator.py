@@ -543,10 +543,24 @@ class _Problem(Protocol):
 
 
 @dataclass(frozen=True, eq=False)
-class _FunctionProblem:
-    """One `torch.nn.functional` function: the kernel runs in the sandbox against the oracle on the samples."""
+class _TaskProblem:
+    """What both kinds of problem share: the generator, the rendered task, its language and system prompt."""
 
     generator: LLMKernelGenerator
+    task: KernelTask | ModuleTask
+
+    @property
+    def language(self) -> KernelLanguage:
+        return get_language(self.task.language)
+
+    def system_prompt(self) -> str:
+        return self.generator.renderer.system(self.task)
+
+
+@dataclass(frozen=True, eq=False)
+class _FunctionProblem(_TaskProblem):
+    """One `torch.nn.functional` function: the kernel runs in the sandbox against the oracle on the samples."""
+
     task: KernelTask
     samples: list[Sample]
     counts: list[int]
@@ -556,13 +570,6 @@ class _FunctionProblem:
     @property
     def tag(self) -> str:
         return self.task.function
-
-    @property
-    def language(self) -> KernelLanguage:
-        return get_language(self.task.language)
-
-    def system_prompt(self) -> str:
-        return self.generator.renderer.system(self.task)
 
     def first_prompt(self) -> str:
         return self.generator.renderer.generate(self.task)
@@ -580,10 +587,9 @@ class _FunctionProblem:
 
 
 @dataclass(frozen=True, eq=False)
-class _ModuleProblem:
+class _ModuleProblem(_TaskProblem):
     """A KernelBench-format problem: the caller's `evaluate(source)` checks (and times) each `ModelNew`."""
 
-    generator: LLMKernelGenerator
     task: ModuleTask
     check: Callable[[str], Any]
     noun: str = "ModelNew"
@@ -593,13 +599,6 @@ class _ModuleProblem:
     def tag(self) -> str:
         name = getattr(self.task, "name", None)
         return f"module:{name}" if name else "module"
-
-    @property
-    def language(self) -> KernelLanguage:
-        return get_language(self.task.language)
-
-    def system_prompt(self) -> str:
-        return self.generator.renderer.system(self.task)
 
     def first_prompt(self) -> str:
         return self.generator.renderer.generate_module(self.task)
