@@ -8,13 +8,14 @@ stage, the optimizer's status and whether it is wrong on production-like calls i
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.adversarial.corpus import Category, Entry, _parse_header, entries
-from tests.adversarial.harness import Outcome, _refine, markdown_table, run_corpus, summary
+from tests.adversarial.harness import Outcome, _refine, _worker_context, markdown_table, run_corpus, summary
 
 _ENTRIES = entries()
 
@@ -130,3 +131,34 @@ def test_the_summary_names_accepted_exploits_and_rejected_honest_kernels() -> No
 def test_an_outcome_survives_the_worker_round_trip() -> None:
     outcome = _outcome("exploit_a", (Category.FORBIDDEN, Category.INTEGRITY), Category.INTEGRITY)
     assert Outcome.from_dict(outcome.to_dict()) == outcome
+
+
+# -- the workers' isolation ------------------------------------------------------------------------------------
+def _patch_tensor_any(report: str) -> None:
+    """What an exploit does in "the kforge process": patch torch.Tensor; reports whether the patch is visible."""
+    import torch
+
+    torch.Tensor.any = lambda self, *args, **kwargs: torch.tensor(False)  # type: ignore[method-assign]
+    Path(report).write_text(f"{os.getpid()} {'any' in vars(torch.Tensor)}")
+
+
+def _report_tensor_any(report: str) -> None:
+    import torch
+
+    Path(report).write_text(f"{os.getpid()} {'any' in vars(torch.Tensor)}")
+
+
+def _in_worker(target, report: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    process = _worker_context().Process(target=target, args=(str(report),))
+    process.start()
+    process.join(120)
+    assert process.exitcode == 0, f"worker exited with {process.exitcode}"
+    return report.read_text().split()
+
+
+def test_each_file_gets_a_fresh_worker_that_a_previous_exploit_did_not_touch(tmp_path: Path) -> None:
+    patched_pid, patched = _in_worker(_patch_tensor_any, tmp_path / "first")
+    assert patched == "True"  # the check sees a patch where there is one
+    next_pid, seen = _in_worker(_report_tensor_any, tmp_path / "second")
+    assert seen == "False", "a patch of torch.Tensor made in one worker reached the next one"
+    assert len({patched_pid, next_pid, str(os.getpid())}) == 3
