@@ -23,6 +23,10 @@ if [ "${PART:-a}" = a ]; then
   step kb6 330 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 150 --no-plots \
     --problems "${KB:-level1/35_GroupNorm_,level1/36_RMSNorm_,level1/99_TripletMarginLoss,level1/19_ReLU,level1/1_Square_matrix_multiplication_,level1/23_Softmax}" \
     --out "$logs/kb6"
+elif [ "${PART:-a}" = d ]; then  # after the spot checks and the corpus's forkserver landed
+  step adversarial 330 python3 benchmarks/adversarial_h200.py --unsafe-sandbox --jobs 4
+  step demo-unet-cuda 220 python3 -m forge.cli optimize --demo unet --language cuda --device cuda --no-static \
+    --unsafe-sandbox --out "$logs/unet-cuda.plan.json"
 elif [ "${PART:-a}" = c ]; then
   step gpu-tests-checking 200 python3 -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/forge/checking \
     tests/forge/test_runtime_cuda.py tests/forge/test_optimizer.py
