@@ -144,3 +144,19 @@ def test_torch_size_and_tuple_are_the_same_signature_but_lists_are_not() -> None
     assert signature_of((x,), {"shape": torch.Size([640])}) == signature_of((x,), {"shape": (640,)})
     assert signature_of((x, [640]), {}) != signature_of((x, (640,)), {})
     assert signature_of((x, torch.Size([640])), {}) != signature_of((x, (641,)), {})
+
+
+def test_statistics_of_huge_tensors_are_computed_in_pieces_with_the_same_result(monkeypatch):
+    """Issue 8: above `_STATS_CHUNK` elements the mean and spread come from two chunked passes (no float64 copy of a
+    7.5 GB input); they agree with the one-shot path, non-finite values left out in both."""
+    import forge.samples as samples
+
+    values = torch.randn(40, 50, generator=torch.Generator().manual_seed(5)) * 3 + 1
+    values[3, 7], values[9, 1] = float("nan"), float("inf")
+    one_shot = samples.TensorSpec.of(values)
+    monkeypatch.setattr(samples, "_STATS_CHUNK", 64)
+    chunked = samples.TensorSpec.of(values)
+    assert chunked.mean == pytest.approx(one_shot.mean, rel=1e-12)
+    assert chunked.std == pytest.approx(one_shot.std, rel=1e-12)
+    empty = samples.TensorSpec.of(torch.full((100,), float("nan")))
+    assert (empty.mean, empty.std) == (None, None)
