@@ -78,7 +78,7 @@ from forge.checking.validation import LARGE_INPUT_BYTES, sample_input_bytes
 from forge.outcome import CandidateAbort, HarnessError, Outcome, ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample, Widening, clone_value, draw_sample
 
-__all__ = ["Probe", "ProbeSettings", "run_probes"]
+__all__ = ["Probe", "ProbeSettings", "compare_with_expectation", "run_probes"]
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class _Run:
         expectation = self.expect(inputs)
         output = self.call(probe, label, inputs)
         if expectation is not None:
-            issues = _compare(expectation, output, inputs)
+            issues = compare_with_expectation(expectation, output, inputs)
             if issues:
                 raise _Failed([_issue(probe, label, str(i), leaf=i.leaf, base=i) for i in issues])
         return output, expectation
@@ -448,7 +448,9 @@ def _reread(wait_s: float, held: list[_Held]) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Comparison
 # ---------------------------------------------------------------------------------------------------------
-def _compare(expectation: Expectation, output: Any, inputs: Sample) -> list[ValidationIssue]:
+def compare_with_expectation(expectation: Expectation, output: Any, inputs: Sample) -> list[ValidationIssue]:
+    """Issues of one call's `output` (and inputs the reference mutated) against `expectation`: structure, exact
+    leaves, floating leaves within the allowance (shared with `forge.checking.spot_check`)."""
     structure = structure_errors(expectation.skeleton, output, "output")
     if structure:
         return [ValidationIssue(p, kind=Outcome.MISMATCH, leaf=p.split(":", 1)[0]) for p in structure]

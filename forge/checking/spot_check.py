@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from forge.checking.expectation import ReferenceFailure, build_expectation, synchronize_devices
-from forge.checking.probes import _compare as compare_with_expectation  # the probes' comparison, reused as is
+from forge.checking.probes import compare_with_expectation
 from forge.checking.tolerance import resolve_tolerances
 from forge.outcome import HarnessError, ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample
