@@ -31,7 +31,10 @@ outputs alive at once (before and after the update); everything else is one call
 is done in pieces (`forge.checking.compare.iter_pieces`): the element moved by an update is found by a chunked
 maximum, the dependence check walks the expectations piece by piece. A sample whose inputs exceed
 `forge.checking.validation.LARGE_INPUT_BYTES` (1 GiB) gets one repeat before one update and at most one extra call
-(each call there costs a float64 reference of several GB); the probe pattern is otherwise unchanged.
+(each call there costs a float64 reference of several GB); the probe pattern is otherwise unchanged. The same scaled
+pattern applies from the moment one expectation takes longer than `ProbeSettings.slow_reference_s` (1 s): a float64
+convolution has no fast kernel (KernelBench's transposed 2-D/3-D convolutions at shipped size spent 40-120 s in
+validation on the H200, most of it in the probes' 10-30 float64 references).
 
 Cost: on CPU the defaults add 6-9 calls per sample (validate makes 12) and one 20 ms wait: measured on the loaded
 2-core CI machine, +0.32 s for the interpreted Triton silu example (validate: 0.36 s) and +0.49 s for an interpreted
@@ -111,6 +114,7 @@ class ProbeSettings:
     repeats_before_update_cuda: tuple[int, int] = (2, 8)
     sparse_updates: int = 2
     quiescence_wait_s: float = 0.02
+    slow_reference_s: float = 1.0
     widening: Widening = field(default_factory=Widening)
     seed: int | None = None
 
@@ -121,6 +125,8 @@ class ProbeSettings:
                 raise ValueError(f"ProbeSettings.{name} must be (low, high) ints with 0 <= low <= high")
         if self.sparse_updates < 0 or not math.isfinite(self.quiescence_wait_s) or self.quiescence_wait_s < 0:
             raise ValueError("ProbeSettings: sparse_updates and quiescence_wait_s must be >= 0")
+        if not self.slow_reference_s > 0:
+            raise ValueError("ProbeSettings.slow_reference_s must be > 0")
 
 
 @dataclass
@@ -148,7 +154,9 @@ class _Run:
     cuda: bool
     held: list[_Held] = field(default_factory=list)
     held_bytes: int = 0
-    large: bool = False  # some sample's inputs exceed LARGE_INPUT_BYTES: fewer calls (see the module docstring)
+    # Fewer calls (see the module docstring): some sample's inputs exceed LARGE_INPUT_BYTES, or an expectation took
+    # longer than settings.slow_reference_s.
+    large: bool = False
 
     def range_for(self, cpu: tuple[int, int], cuda: tuple[int, int]) -> int:
         low, high = cuda if self.cuda else cpu
@@ -159,8 +167,14 @@ class _Run:
 
     # -- one call -------------------------------------------------------------------------------------------
     def expect(self, inputs: Sample) -> Expectation | None:
+        start = time.perf_counter()
         try:
-            return build_expectation(self.reference_fn, inputs, self.table, self.error_factor)
+            expectation = build_expectation(self.reference_fn, inputs, self.table, self.error_factor)
+            elapsed = time.perf_counter() - start
+            if not self.large and elapsed > self.settings.slow_reference_s:
+                logger.debug("slow reference (%.1f s per expectation): scaled probe pattern", elapsed)
+                self.large = True
+            return expectation
         except ReferenceFailure as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             if is_memory_exhaustion(cause):

@@ -521,6 +521,27 @@ def test_large_module_inputs_get_one_seed_and_the_record_says_so(tmp_path, monke
     assert any("checked on seed 42 only" in note for note in record["notes"])
 
 
+def test_a_slow_first_seed_stops_the_module_check_there_and_the_record_says_why(tmp_path, monkeypatch) -> None:
+    """Issue 8: a module whose first seed takes longer than SLOW_MODULE_SEED_S to check (a float64 3-D transposed
+    convolution) is checked on that seed only, so its harness time stays under 30 s."""
+    from evals.sources import evaluation
+    from evals.sources.evaluation import check_module_candidate, evaluate_problem
+
+    problem = load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[0]
+    built: list[int] = []
+
+    def build(seed: int):
+        built.append(seed)
+        return problem.instantiate_candidate(textwrap.dedent(MLP_NEW), "cpu", seed)
+
+    monkeypatch.setattr(evaluation, "SLOW_MODULE_SEED_S", 0.0)
+    check = check_module_candidate(problem, build, torch.device("cpu"), QUICK)
+    assert check.ok and check.scaled == "slow reference" and built == [evaluation.MODULE_SEEDS[0]]
+    record = evaluate_problem(ScriptedSource(modules={problem.id: MLP_NEW}), problem, 0, "cpu", kernel_utils=QUICK)
+    assert record["correct"] and record["oracle_scaled"], record["failure_reason"]
+    assert any("the reference is slow" in note for note in record["notes"])
+
+
 class _WrongWhenTimed:
     """Correct until the benchmark starts building its inputs, then off by one: a kernel that tells timing apart."""
 

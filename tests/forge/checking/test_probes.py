@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import threading
 import time
@@ -229,6 +230,8 @@ def test_honest_kernels_pass_every_probe(tmp_path: Path):
 def test_probe_settings_are_checked_and_can_be_switched_off():
     with pytest.raises(ValueError, match="extra_calls_cpu"):
         ProbeSettings(extra_calls_cpu=(3, 1))
+    with pytest.raises(ValueError, match="slow_reference_s"):
+        ProbeSettings(slow_reference_s=0.0)
     samples = [Sample((_randn((4, 8), 17),), {})]
     assert run_probes(F.silu, lambda x, inplace=False: torch.zeros_like(x), samples, table=TABLE,
                       settings=ProbeSettings(enabled=False)) == []
@@ -272,6 +275,11 @@ def test_inputs_over_the_large_threshold_get_fewer_probe_calls_and_still_catch_a
     normal, large = counted(1 << 30), counted(1024)
     # wide + offset view, plus 2 repeats + 2 updates + 3 extra calls (normal) vs 1 + 1 + 1 (large)
     assert (normal, large) == (2 + 2 + 2 + 3, 2 + 1 + 1 + 1)
+    # A reference slower than slow_reference_s per expectation (a float64 convolution) scales the pattern the same
+    # way from its first expectation on.
+    settings = dataclasses.replace(settings, slow_reference_s=1e-9)
+    assert counted(1 << 30) == large
+    settings = dataclasses.replace(settings, slow_reference_s=1.0)
 
     cache: dict[int, torch.Tensor] = {}
 
