@@ -47,8 +47,11 @@ Fresh rounds for large inputs: a sample whose tensor inputs exceed `LARGE_INPUT_
 `LARGE_INPUT_FRESH_ROUNDS` (1) fresh draws. Each round costs a full float64 reference, four candidate runs and a
 draw of the inputs on the host (about 10 s for 7.5 GB), while at that size one random draw already checks hundreds
 of millions of elements on values the candidate cannot have special-cased; 1 GiB matches the evals' own limit for
-module problems. `validate_report` returns a `ValidationReport` with the rounds used per sample and the sizes;
-`validate` returns its issues only.
+module problems. The same cap applies to a sample whose captured case took the reference more than
+`SLOW_REFERENCE_S` (2 s) to compute (the float64 run, the native run and the allowance: harness time only, never
+the candidate's, so a kernel cannot buy itself fewer checks by being slow): KernelBench's 3-D transposed
+convolutions have no fast float64 kernel and spent 4 s per expectation on the H200. `validate_report` returns a
+`ValidationReport` with the rounds used per sample and the sizes; `validate` returns its issues only.
 
 Errors are `forge.outcome.ValidationIssue`s (strings, so `list[str]` callers keep working, with typed fields):
 they name the sample (index, captured or fresh, its description), the run, the output leaf and, for value
@@ -67,6 +70,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +119,7 @@ from forge.samples import Sample, TensorSpec, clone_value, draw_sample, map_valu
 __all__ = [
     "LARGE_INPUT_BYTES",
     "LARGE_INPUT_FRESH_ROUNDS",
+    "SLOW_REFERENCE_S",
     "ValidationReport",
     "fresh_rounds_for",
     "sample_input_bytes",
@@ -131,6 +136,7 @@ _MAX_MESSAGE_CHARS = 1000
 # module docstring for why).
 LARGE_INPUT_BYTES = 1 << 30
 LARGE_INPUT_FRESH_ROUNDS = 1
+SLOW_REFERENCE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -188,7 +194,8 @@ class ValidationReport:
 
     @property
     def rounds_scaled_down(self) -> bool:
-        """Whether some sample got fewer fresh rounds than requested (its inputs exceed `LARGE_INPUT_BYTES`)."""
+        """Whether some sample got fewer fresh rounds than requested (its inputs exceed `LARGE_INPUT_BYTES`, or the
+        reference took over `SLOW_REFERENCE_S` on its captured case)."""
         return any(used < self.fresh_rounds_requested for used in self.fresh_rounds_used)
 
 
@@ -200,6 +207,7 @@ class _Tally:
     skipped: int = 0
     input_bytes: int = 0
     output_bytes: int = 0
+    reference_s: float = 0.0  # how long the last expectation took to build (the reference's time, not the candidate's)
 
     def record(self, input_bytes: int, output_bytes: int) -> None:
         self.checked += 1
@@ -311,8 +319,8 @@ def _validate_all(
         if rounds < fresh_inputs_per_sample:
             logger.info("sample %d: inputs over %d bytes, %d fresh round(s) instead of %d", index, LARGE_INPUT_BYTES,
                         rounds, fresh_inputs_per_sample)
-        rounds_used.append(rounds)
-        for round_index in range(rounds + 1):
+        round_index = 0
+        while round_index <= rounds:
             label = "captured" if round_index == 0 else f"fresh #{round_index}"
             draw = materialise if round_index == 0 else draw_sample
             case = _harness_step("drawing the inputs", lambda: draw(sample, generator))  # noqa: B023
@@ -327,6 +335,12 @@ def _validate_all(
                 more = ValidationIssue(f"... and {hidden} more problems", kind=case_errors[-1].kind)
                 case_errors = case_errors[:_MAX_ERRORS_PER_CASE] + [more]
             errors += [e.derive(f"{prefix}: {e}", sample=index, case=label) for e in case_errors]
+            if round_index == 0 and rounds > LARGE_INPUT_FRESH_ROUNDS and tally.reference_s > SLOW_REFERENCE_S:
+                logger.info("sample %d: the reference took %.1f s, %d fresh round(s) instead of %d", index,
+                            tally.reference_s, LARGE_INPUT_FRESH_ROUNDS, rounds)
+                rounds = LARGE_INPUT_FRESH_ROUNDS
+            round_index += 1
+        rounds_used.append(rounds)
     if len(errors) > _MAX_ERRORS:
         hidden = len(errors) - _MAX_ERRORS
         more = ValidationIssue(f"... and {hidden} more errors not shown", kind=errors[-1].kind)
@@ -375,7 +389,9 @@ def _validate_case(
     state: _CandidateState,
     tally: _Tally,
 ) -> list[ValidationIssue]:
-    expectation = _build_expectation(reference_fn, case, captured, table, error_factor)
+    started = time.perf_counter()
+    expectation = _build_expectation(reference_fn, case, captured, table, error_factor)  # synchronises the devices
+    tally.reference_s = time.perf_counter() - started
     if expectation is None:
         tally.skipped += 1
         return []

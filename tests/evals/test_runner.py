@@ -537,6 +537,23 @@ def test_a_slow_first_seed_stops_the_module_check_there_and_the_record_says_why(
     monkeypatch.setattr(evaluation, "SLOW_MODULE_SEED_S", 0.0)
     check = check_module_candidate(problem, build, torch.device("cpu"), QUICK)
     assert check.ok and check.scaled == "slow reference" and built == [evaluation.MODULE_SEEDS[0]]
+    # Only the reference's time counts: a candidate slow on every call does not get fewer seeds checked.
+    monkeypatch.setattr(evaluation, "SLOW_MODULE_SEED_S", 0.5)
+
+    def slow_build(seed: int):
+        built.append(seed)
+        model = build(seed)
+
+        def forward(*args):
+            time.sleep(0.02)
+            return model(*args)
+
+        return forward
+
+    built.clear()
+    check = check_module_candidate(problem, slow_build, torch.device("cpu"), QUICK)
+    assert check.ok and check.scaled is None and len(set(built)) == len(evaluation.MODULE_SEEDS)
+    monkeypatch.setattr(evaluation, "SLOW_MODULE_SEED_S", 0.0)
     record = evaluate_problem(ScriptedSource(modules={problem.id: MLP_NEW}), problem, 0, "cpu", kernel_utils=QUICK)
     assert record["correct"] and record["oracle_scaled"], record["failure_reason"]
     assert any("the reference is slow" in note for note in record["notes"])

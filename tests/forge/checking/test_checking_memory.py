@@ -97,6 +97,24 @@ def test_fresh_rounds_are_scaled_down_for_large_inputs_and_reported(monkeypatch)
     assert not wrong.passed and {issue.case for issue in wrong.issues} == {"captured", "fresh #1"}
 
 
+def test_a_slow_reference_caps_fresh_rounds_and_a_slow_candidate_does_not(monkeypatch):
+    """Issue 8: a reference slower than SLOW_REFERENCE_S on the captured case (a float64 3-D convolution) gets the
+    large-input cap; only the reference's time counts, so a kernel cannot buy fewer checks by being slow."""
+    import time as clock
+
+    sample = Sample((torch.randn(32),), {})
+    monkeypatch.setattr(validation, "SLOW_REFERENCE_S", 0.05)
+
+    def slow_relu(x):
+        clock.sleep(0.03)  # the float64 and the native run: 0.06 s per expectation
+        return torch.relu(x)
+
+    slow_reference = validate_report(slow_relu, torch.relu, [sample], fresh_inputs_per_sample=3)
+    assert slow_reference.passed and slow_reference.fresh_rounds_used == (1,) and slow_reference.rounds_scaled_down
+    slow_candidate = validate_report(torch.relu, slow_relu, [sample], fresh_inputs_per_sample=3)
+    assert slow_candidate.passed and slow_candidate.fresh_rounds_used == (3,)
+
+
 def test_default_threshold_caps_rounds_above_one_gib():
     assert validation.LARGE_INPUT_BYTES == 1 << 30 and validation.LARGE_INPUT_FRESH_ROUNDS == 1
     assert validation.fresh_rounds_for(2, 1 << 30) == 2 and validation.fresh_rounds_for(2, (1 << 30) + 1) == 1
