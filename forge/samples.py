@@ -64,6 +64,10 @@ class Sample(NamedTuple):
         """Hashable key of this call (see `signature_of`)."""
         return signature_of(self.args, self.kwargs)
 
+    def clone(self, *, device: str | torch.device | None = None) -> Sample:
+        """The same call on copies of its tensors (same layout; containers rebuilt), optionally on `device`."""
+        return Sample(clone_value(tuple(self.args), device=device), clone_value(dict(self.kwargs), device=device))
+
     def describe(self) -> str:
         """Short human-readable form, e.g. `(bf16[2,4096] s(4096,1), weight=bf16[4096], eps=1e-06)`."""
         parts = [_describe_value(a) for a in self.args]

@@ -143,14 +143,13 @@ def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
     from agent.languages import get_language
     from forge.checking import KernelUtils
     from forge.functional import original_function
-    from forge.samples import Sample, clone_value
+    from forge.samples import Sample
 
     device = job["device"]
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     inputs = torch.load(folder / INPUTS_FILE, weights_only=False)
-    samples = [Sample(clone_value(tuple(a), device=device), clone_value(dict(k), device=device))
-               for a, k in inputs["samples"]]
+    samples = [Sample(tuple(a), dict(k)).clone(device=device) for a, k in inputs["samples"]]
     return _Job(get_language(job["language"]), original_function(job["function_name"]), device,
                 inputs.get("kernel_utils") or KernelUtils(), samples, inputs.get("counts"),
                 job.get("max_reply_bytes"))

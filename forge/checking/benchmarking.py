@@ -518,7 +518,7 @@ def _on(device: torch.device) -> Any:
 
 
 def _clone_samples(samples: list[Sample]) -> list[Sample]:
-    return [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))) for s in samples]
+    return [s.clone() for s in samples]
 
 
 def _warm_passes(warmup: int) -> int:

@@ -49,6 +49,8 @@ from forge.checking.compare import (
     ValueLeaf,
     as_real,
     bits_equal,
+    exact_mismatch_issue,
+    float_mismatch_issue,
     iter_pieces,
     iter_tensor_leaves,
     skeleton_of,
@@ -57,8 +59,8 @@ from forge.checking.compare import (
     unchanged_after_upcast,
 )
 from forge.checking.tolerance import allowed_error, output_scale, rounding_unit, tolerance_for
-from forge.outcome import is_memory_exhaustion
-from forge.samples import Sample, clone_tensor, clone_value, map_values
+from forge.outcome import ValidationIssue, is_memory_exhaustion
+from forge.samples import Sample, clone_tensor, map_values
 
 __all__ = [
     "Expectation",
@@ -67,6 +69,7 @@ __all__ = [
     "build_expectation",
     "call_quietly",
     "input_leaves",
+    "leaf_value_issues",
     "storage_ptr",
     "synchronize_devices",
     "tensor_bytes",
@@ -358,7 +361,7 @@ def _float64_run(reference_fn: Callable[..., Any], sample: Sample) -> tuple[Any,
 
 def _eager_run(reference_fn: Callable[..., Any], sample: Sample) -> tuple[Any, dict[str, torch.Tensor]]:
     """The reference on native clones: `(output, the clones it mutated)`; `ReferenceFailure` when it raises."""
-    clones = Sample(clone_value(tuple(sample.args)), clone_value(dict(sample.kwargs)))
+    clones = sample.clone()
     try:
         out = call_quietly(reference_fn, clones)
         synchronize_devices(out)
@@ -439,6 +442,26 @@ def build_expectation(
     del tensors
     expectation.seal()
     return expectation
+
+
+def leaf_value_issues(
+    expectation: Expectation, expected: dict[str, torch.Tensor], got: dict[str, torch.Tensor]
+) -> list[ValidationIssue]:
+    """Value issues of every leaf `expectation` judges: `expected` is `expectation.unseal()`, `got` maps each locator
+    (output leaves, and inputs the reference updates in place) to the candidate's tensor. Exact leaves must match
+    exactly, floating leaves within the allowance; each issue names its leaf."""
+    issues = []
+    for locator, kind in expectation.leaf_kinds.items():
+        value = got[locator]
+        if kind == LeafKind.EXACT:
+            problem = exact_mismatch_issue(value, expected[f"{locator}/exact"])
+        else:
+            problem = float_mismatch_issue(value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"],
+                                           expected.get(f"{locator}/special"))
+        if problem:
+            name = locator if locator.startswith("output") else f"input {locator} (updated in place by the reference)"
+            issues.append(problem.derive(f"{name}: {problem}", leaf=locator))
+    return issues
 
 
 def storage_ptr(tensor: torch.Tensor) -> int:

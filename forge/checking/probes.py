@@ -59,8 +59,6 @@ import torch
 from forge.checking.compare import (
     FINITE,
     bits_equal,
-    exact_mismatch_issue,
-    float_mismatch_issue,
     iter_pieces,
     iter_tensor_leaves,
     structure_errors,
@@ -73,6 +71,7 @@ from forge.checking.expectation import (
     build_expectation,
     call_quietly,
     input_leaves,
+    leaf_value_issues,
     storage_ptr,
     synchronize_devices,
 )
@@ -289,7 +288,7 @@ def _extra_calls(run: _Run, captured: list[Sample]) -> None:
 
 
 def _in_place_update(run: _Run, index: int, sample: Sample) -> None:
-    inputs = Sample(clone_value(tuple(sample.args)), clone_value(dict(sample.kwargs)))
+    inputs = sample.clone()
     floating = [(loc, t) for loc, t in input_leaves(inputs) if t.is_floating_point() and t.numel() > 0]
     if not floating:
         return
@@ -468,21 +467,9 @@ def compare_with_expectation(expectation: Expectation, output: Any, inputs: Samp
     structure = structure_errors(expectation.skeleton, output, "output")
     if structure:
         return [ValidationIssue(p, kind=Outcome.MISMATCH, leaf=p.split(":", 1)[0]) for p in structure]
-    expected = expectation.unseal()
     got = dict(iter_tensor_leaves(output, "output"))
     got.update(dict(input_leaves(inputs)))
-    issues = []
-    for locator, kind in expectation.leaf_kinds.items():
-        value = got[locator]
-        if kind == LeafKind.EXACT:
-            problem = exact_mismatch_issue(value, expected[f"{locator}/exact"])
-        else:
-            problem = float_mismatch_issue(value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"],
-                                           expected.get(f"{locator}/special"))
-        if problem:
-            name = locator if locator.startswith("output") else f"input {locator} (updated in place by the reference)"
-            issues.append(problem.derive(f"{name}: {problem}", leaf=locator))
-    return issues
+    return leaf_value_issues(expectation, expectation.unseal(), got)
 
 
 def _issue(probe: Probe, label: str, message: str, *, kind: Outcome = Outcome.MISMATCH,

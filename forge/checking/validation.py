@@ -81,11 +81,9 @@ import torch
 from forge.checking.compare import (
     as_real,
     bits_mismatch,
-    exact_mismatch_issue,
     fingerprint,
     fingerprint_mismatch,
     float_mismatch,
-    float_mismatch_issue,
     iter_tensor_leaves,
     special_codes,
     structure_errors,
@@ -97,6 +95,7 @@ from forge.checking.expectation import (
     build_expectation,
     call_quietly,
     input_leaves,
+    leaf_value_issues,
     storage_ptr,
     synchronize_devices,
     tensor_bytes,
@@ -114,7 +113,7 @@ from forge.outcome import (
     is_memory_exhaustion,
     watch_interrupts,
 )
-from forge.samples import Sample, TensorSpec, clone_value, draw_sample, map_values
+from forge.samples import Sample, TensorSpec, draw_sample, map_values
 
 __all__ = [
     "LARGE_INPUT_BYTES",
@@ -442,8 +441,7 @@ def _run_candidate(
     plan: _RunPlan,
     metas: list[tuple[tuple[int, ...], torch.dtype, torch.device]],
 ) -> _RunResult:
-    inputs = _harness_step("copying the inputs", lambda: Sample(clone_value(tuple(case.args)),
-                                                                clone_value(dict(case.kwargs))))
+    inputs = _harness_step("copying the inputs", case.clone)
     remote = remote_of(candidate)  # runs in another process, which poisons its own allocator (forge.checking.remote)
     if remote is None:
         _harness_step("poisoning the allocator", lambda: poison_allocator(metas, plan.pattern))
@@ -629,7 +627,7 @@ def _reference_varies(reference_fn: Callable[..., Any], case: Sample, calls: int
     calls, each on fresh clones); asked only when a candidate's runs disagree."""
     first: list[torch.Tensor] | None = None
     for _ in range(calls):
-        inputs = Sample(clone_value(tuple(case.args)), clone_value(dict(case.kwargs)))
+        inputs = case.clone()
         try:
             output = call_quietly(reference_fn, inputs)
             synchronize_devices(inputs, output)
@@ -671,18 +669,7 @@ def _check_one_run(
 ) -> list[ValidationIssue]:
     """Value, input and aliasing problems of one structurally correct run."""
     got = dict(iter_tensor_leaves(run.output, "output"))
-    errors: list[ValidationIssue] = []
-    for locator, kind in expectation.leaf_kinds.items():
-        is_output = locator.startswith("output")
-        value = got[locator] if is_output else run.inputs[locator]
-        if kind == LeafKind.EXACT:
-            problem = exact_mismatch_issue(value, expected[f"{locator}/exact"])
-        else:
-            problem = float_mismatch_issue(value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"],
-                                           expected.get(f"{locator}/special"))
-        if problem:
-            name = locator if is_output else f"input {locator} (updated in place by the reference)"
-            errors.append(problem.derive(f"{name}: {problem}", leaf=locator))
+    errors = leaf_value_issues(expectation, expected, {**run.inputs, **got})
     for locator, before in input_leaves(case):
         if locator in expectation.mutated_inputs:
             continue

@@ -256,12 +256,12 @@ def test_reference_that_rejects_a_fresh_draw_is_skipped_not_blamed():
 
 
 def test_harness_failure_while_checking_is_a_harness_error(monkeypatch):
-    import forge.checking.validation as validation
+    import forge.checking.expectation as expectation  # leaf_value_issues, the comparison validate runs per leaf
 
     def broken(*args, **kwargs):
         raise RuntimeError("a bug in our comparison")
 
-    monkeypatch.setattr(validation, "float_mismatch_issue", broken)
+    monkeypatch.setattr(expectation, "float_mismatch_issue", broken)
     with pytest.raises(HarnessError, match="failed checking the candidate's result: RuntimeError: a bug"):
         validate(torch.relu, torch.relu, [Sample((torch.randn(8),), {})])
 
