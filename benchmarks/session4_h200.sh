@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# This session's H200 calls (issue 8's last gap), from a snapshot of a commit (`git archive HEAD > .gpu/head.tar`,
+# carried with .gpu and .whl) so that work in progress in the tree never travels. PART=a: the float64 reference's
+# cost with and without cuDNN on KernelBench's convolutions, then the level-1 problems not yet swept (83-98, 100)
+# and the slowest one (68). PART=b: the slow convolutions again after a change. Output: $OUT/session4.tar.gz.
+set -uo pipefail
+root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
+logs=${OUT:-/tmp/out}/session4; mkdir -p "$logs"
+nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$logs/gpu.txt"
+step() {  # name, seconds, command...
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
+  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
+  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-45} >> "$logs/summary.txt"
+}
+kb() {  # name, seconds, comma-separated problem ids
+  step "$1" "$2" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 120 --no-plots \
+    --problems "$3" --out "$logs/$1"
+  python3 benchmarks/kb_level1_sweep.py "$logs/$1" >> "$logs/summary.txt" 2>&1
+}
+ids() { local out=; for n in "$@"; do out+="${out:+,}level1/$(basename .gpu/kernelbench/level1/${n}_*.py .py)"; done; echo "$out"; }
+if [ "${PART:-a}" = a ]; then
+  step float64-slow 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --problems 68,61,63,65,69,78 --budget-s 120
+  kb sweep-83-100 330 "$(ids 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 100 68)"
+else
+  kb slow-convs 400 "$(ids ${KB_IDS:-68 61 63 65 69 78})"
+  step float64-all-convs 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --budget-s 120
+fi
+cat "$logs/summary.txt"
+tar -czf "${OUT:-/tmp/out}/session4.tar.gz" -C "$(dirname "$logs")" session4
