@@ -2,7 +2,9 @@
 # This session's H200 calls (issue 8's last gap), from a snapshot of a commit (`git archive HEAD > .gpu/head.tar`,
 # carried with .gpu and .whl) so that work in progress in the tree never travels. PART=a: the float64 reference's
 # cost with and without cuDNN on KernelBench's convolutions, then the level-1 problems not yet swept (83-98, 100)
-# and the slowest one (68). PART=b: the slow convolutions again after a change. Output: $OUT/session4.tar.gz.
+# and the slowest one (68). PART=b (after the float64 run turned cuDNN off): where the time of two slow convolutions goes
+# (cProfile), the slow convolutions again, and the float64 cost with and without cuDNN on every conv, norm and pool
+# problem. Output: $OUT/session4.tar.gz.
 set -uo pipefail
 root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -25,9 +27,12 @@ ids() { local out=; for n in "$@"; do out+="${out:+,}level1/$(basename .gpu/kern
 if [ "${PART:-a}" = a ]; then
   step float64-slow 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --problems 68,61,63,65,69,78 --budget-s 120
   kb sweep-83-100 330 "$(ids 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 100 68)"
-else
-  kb slow-convs 400 "$(ids ${KB_IDS:-68 61 63 65 69 78})"
-  step float64-all-convs 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --budget-s 120
+else  # after the float64 run turned cuDNN off
+  step profile 120 python3 -m benchmarks.harness_profile .gpu/kernelbench/level1 \
+    level1/61_conv_transposed_3D__square_input__square_kernel level1/68_conv_transposed_3D__square_input__asymmetric_kernel
+  kb slow-convs 240 "$(ids ${KB_IDS:-68 61 63 65 69 78 86})"
+  step float64-all 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --budget-s 120 \
+    --problems 33,34,35,36,37,38,39,40,41,42,43,44,45,46,50,54,55,56,57,58,59,60,62,64,66,67,70,71,72,73,74,75,76,77,79,80,81,82,83,84,85,86,87
 fi
 cat "$logs/summary.txt"
 tar -czf "${OUT:-/tmp/out}/session4.tar.gz" -C "$(dirname "$logs")" session4

@@ -115,6 +115,29 @@ def test_a_slow_reference_caps_fresh_rounds_and_a_slow_candidate_does_not(monkey
     assert slow_candidate.passed and slow_candidate.fresh_rounds_used == (3,)
 
 
+def test_the_float64_reference_runs_without_cudnn_and_eager_keeps_the_users_setting():
+    """Issue 8: cuDNN's float64 convolutions were 1.5-12x slower than PyTorch's own on the H200 (BENCHMARKS.md H8), so
+    the float64 run turns it off; the native run is the user's eager and keeps cuDNN as the user set it."""
+    seen: list[tuple[torch.dtype, bool]] = []
+
+    def reference(x):
+        seen.append((x.dtype, torch.backends.cudnn.enabled))
+        return torch.relu(x)
+
+    sample = Sample((torch.randn(8),), {})
+    assert torch.backends.cudnn.enabled
+    build_expectation(reference, sample, resolve_tolerances(None), 4.0)
+    assert seen == [(torch.float64, False), (torch.float32, True)] and torch.backends.cudnn.enabled
+
+    def raising(x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("no float64 kernel")
+        return torch.relu(x)
+
+    build_expectation(raising, sample, resolve_tolerances(None), 4.0)  # falls back to eager as the reference
+    assert torch.backends.cudnn.enabled  # restored after the float64 run raised
+
+
 def test_default_threshold_caps_rounds_above_one_gib():
     assert validation.LARGE_INPUT_BYTES == 1 << 30 and validation.LARGE_INPUT_FRESH_ROUNDS == 1
     assert validation.fresh_rounds_for(2, 1 << 30) == 2 and validation.fresh_rounds_for(2, (1 << 30) + 1) == 1
