@@ -4,7 +4,8 @@
 # cost with and without cuDNN on KernelBench's convolutions, then the level-1 problems not yet swept (83-98, 100)
 # and the slowest one (68). PART=b (after the float64 run turned cuDNN off): where the time of two slow convolutions goes
 # (cProfile), the slow convolutions again, and the float64 cost with and without cuDNN on every conv, norm and pool
-# problem. Output: $OUT/session4.tar.gz.
+# problem. PART=c (after outputs joined inputs in the size rules): all 100 level-1 problems on nvidia-h200-x2.
+# Output: $OUT/session4.tar.gz.
 set -uo pipefail
 root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -27,6 +28,8 @@ ids() { local out=; for n in "$@"; do out+="${out:+,}level1/$(basename .gpu/kern
 if [ "${PART:-a}" = a ]; then
   step float64-slow 150 python3 benchmarks/float64_reference.py .gpu/kernelbench/level1 --problems 68,61,63,65,69,78 --budget-s 120
   kb sweep-83-100 330 "$(ids 83 84 85 86 87 88 89 90 91 92 93 94 95 96 97 98 100 68)"
+elif [ "${PART:-a}" = c ]; then  # the whole level-1 sweep, one worker per GPU (nvidia-h200-x2)
+  kb sweep-all 530 "$(ids $(seq 1 100))"
 else  # after the float64 run turned cuDNN off
   step profile 120 python3 -m benchmarks.harness_profile .gpu/kernelbench/level1 \
     level1/61_conv_transposed_3D__square_input__square_kernel level1/68_conv_transposed_3D__square_input__asymmetric_kernel

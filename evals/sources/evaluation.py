@@ -14,7 +14,8 @@ right after `torch.manual_seed(seed)` (same weights when the layers are created 
 compares their forward passes on the file's `get_inputs()`, on normal re-draws of them (`make_inputs(fresh=True)`)
 and on the oracle's own fresh draws (one seed and no normal re-draw when the inputs exceed
 `LARGE_MODULE_INPUT_BYTES`, so KernelBench's shipped sizes fit one GPU; one seed when the first took longer than
-`SLOW_MODULE_SEED_S`, so a slow float64 reference keeps the harness under 30 s). The reference also runs as a
+`SLOW_MODULE_SEED_S`, so a slow float64 reference keeps the harness under 30 s, or when inputs and outputs together
+exceed that size). The reference also runs as a
 float64 copy of `Model`, so the allowance reflects eager's own rounding error. Then candidate, `Model` and
 `torch.compile(Model)` are timed on `get_inputs()`.
 
@@ -453,13 +454,14 @@ def _has_float64(value: Any) -> bool:
 class ReferenceModel:
     """`Model.forward` for the oracle: float64 inputs (the oracle's upcast run) go to a float64 copy of the model.
     `seconds` adds up the time its calls took (device work included): the reference's share of a check, which a
-    candidate cannot inflate."""
+    candidate cannot inflate. `output_bytes`: the largest output of a native (not float64) call."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self._float64: torch.nn.Module | None = None
         self._native_float64 = any(t.dtype == torch.float64 for t in [*model.parameters(), *model.buffers()])
         self.seconds = 0.0
+        self.output_bytes = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -470,6 +472,7 @@ class ReferenceModel:
                 out = self._float64(*args, **kwargs)
             else:
                 out = self.model(*args, **kwargs)
+                self.output_bytes = max(self.output_bytes, tensor_bytes(out))
             if any(t.is_cuda for t in iter_tensors((args, kwargs))):
                 torch.cuda.synchronize()
             return out
@@ -516,8 +519,9 @@ def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callab
     A problem whose forward inputs exceed `LARGE_MODULE_INPUT_BYTES` is checked on its first seed only, on the file's
     inputs plus the oracle's own fresh draws (no extra normal re-draw): at KernelBench's shipped sizes (6-7.5 GB per
     input) three seeds of two samples held 130 GB on an H200 and ran out of memory in the reference. A problem whose
-    reference took longer than `SLOW_MODULE_SEED_S` in all on the first seed stops there too. `scaled` says why
-    ("large inputs", "slow reference"; None when every seed ran) and the record says so."""
+    reference took longer than `SLOW_MODULE_SEED_S` in all on the first seed stops there too, and so does one whose
+    inputs and outputs together exceed that size (`63_conv_standard_2D` writes 8.5 GB from 1 GiB). `scaled` says why
+    ("large inputs", "slow reference", "large outputs"; None when every seed ran) and the record says so."""
     kept: ModuleCheck | None = None
     scaled = None
     for position, seed in enumerate(seeds):
@@ -542,11 +546,12 @@ def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callab
             return ModuleCheck([e.derive(f"seed {seed}: {e}") for e in issues], built=True,
                                outcome=outcome_of_issues(issues))
         slow = reference.seconds > SLOW_MODULE_SEED_S
+        large_outputs = tensor_bytes(inputs) + reference.output_bytes > LARGE_MODULE_INPUT_BYTES
         if kept is None:
             kept = ModuleCheck([], built=True, reference=reference, candidate=candidate, inputs=list(inputs))
         del reference, candidate, reference_model, candidate_model, inputs
-        if (large or slow) and position + 1 < len(seeds):
-            scaled = "large inputs" if large else "slow reference"
+        if (large or slow or large_outputs) and position + 1 < len(seeds):
+            scaled = "large inputs" if large else "slow reference" if slow else "large outputs"
             break
     assert kept is not None, "check_module_candidate needs at least one seed"
     kept.scaled = scaled
@@ -581,9 +586,12 @@ def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.d
         if check.scaled == "large inputs":
             notes.append(f"inputs over {LARGE_MODULE_INPUT_BYTES >> 30} GiB: checked on seed {MODULE_SEEDS[0]} only, "
                          "without the extra normal re-draw")
-        else:
+        elif check.scaled == "slow reference":
             notes.append(f"the reference is slow (over {SLOW_MODULE_SEED_S:g} s of reference time on seed "
                          f"{MODULE_SEEDS[0]}): checked on seed {MODULE_SEEDS[0]} only")
+        else:
+            notes.append(f"inputs and outputs over {LARGE_MODULE_INPUT_BYTES >> 30} GiB: checked on seed "
+                         f"{MODULE_SEEDS[0]} only")
     assert check.candidate is not None and check.reference is not None and check.inputs is not None
     pass_samples = [Sample(tuple(check.inputs), {})]
     with phase("timing"):

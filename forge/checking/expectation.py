@@ -164,6 +164,11 @@ class Expectation:
     def output_metas(self) -> list[tuple[str, TensorMeta]]:
         return list(tensor_leaves_of_skeleton(self.skeleton, "output"))
 
+    @property
+    def output_bytes(self) -> int:
+        """Bytes of the reference's tensor outputs at their own dtypes (the O of the oracle's memory bound)."""
+        return sum(math.prod(m.shape) * torch.empty((), dtype=m.dtype).element_size() for _, m in self.output_metas())
+
     def seal(self) -> None:
         """Move the expected numbers into a bytes blob and drop the tensors (no-op for large ones)."""
         if self._tensors is None:

@@ -32,9 +32,10 @@ is done in pieces (`forge.checking.compare.iter_pieces`): the element moved by a
 maximum, the dependence check walks the expectations piece by piece. A sample whose inputs exceed
 `forge.checking.validation.LARGE_INPUT_BYTES` (1 GiB) gets one repeat before one update and at most one extra call
 (each call there costs a float64 reference of several GB); the probe pattern is otherwise unchanged. The same scaled
-pattern applies from the moment one expectation takes longer than `ProbeSettings.slow_reference_s` (1 s): a float64
-convolution has no fast kernel (KernelBench's transposed 2-D/3-D convolutions at shipped size spent 40-120 s in
-validation on the H200, most of it in the probes' 10-30 float64 references).
+pattern applies from the moment one expectation's inputs and outputs together exceed that size (a convolution that
+writes 8.5 GB from 1 GiB) or it takes longer than `ProbeSettings.slow_reference_s` (1 s): KernelBench's transposed
+2-D/3-D convolutions at shipped size spent 40-120 s in validation on the H200, most of it in the probes' 10-30
+float64 references, while cuDNN ran them.
 
 Cost: on CPU the defaults add 6-9 calls per sample (validate makes 12) and one 20 ms wait: measured on the loaded
 2-core CI machine, +0.32 s for the interpreted Triton silu example (validate: 0.36 s) and +0.49 s for an interpreted
@@ -153,8 +154,8 @@ class _Run:
     cuda: bool
     held: list[_Held] = field(default_factory=list)
     held_bytes: int = 0
-    # Fewer calls (see the module docstring): some sample's inputs exceed LARGE_INPUT_BYTES, or an expectation took
-    # longer than settings.slow_reference_s.
+    # Fewer calls (see the module docstring): some sample's inputs (or an expectation's inputs and outputs) exceed
+    # LARGE_INPUT_BYTES, or an expectation took longer than settings.slow_reference_s.
     large: bool = False
 
     def range_for(self, cpu: tuple[int, int], cuda: tuple[int, int]) -> int:
@@ -170,8 +171,10 @@ class _Run:
         try:
             expectation = build_expectation(self.reference_fn, inputs, self.table, self.error_factor)
             elapsed = time.perf_counter() - start
-            if not self.large and elapsed > self.settings.slow_reference_s:
-                logger.debug("slow reference (%.1f s per expectation): scaled probe pattern", elapsed)
+            size = sample_input_bytes(inputs) + expectation.output_bytes
+            if not self.large and (elapsed > self.settings.slow_reference_s or size > LARGE_INPUT_BYTES):
+                logger.debug("slow or large reference (%.1f s, %d bytes of inputs and outputs per expectation): "
+                             "scaled probe pattern", elapsed, size)
                 self.large = True
             return expectation
         except ReferenceFailure as exc:

@@ -47,11 +47,14 @@ Fresh rounds for large inputs: a sample whose tensor inputs exceed `LARGE_INPUT_
 `LARGE_INPUT_FRESH_ROUNDS` (1) fresh draws. Each round costs a full float64 reference, four candidate runs and a
 draw of the inputs on the host (about 10 s for 7.5 GB), while at that size one random draw already checks hundreds
 of millions of elements on values the candidate cannot have special-cased; 1 GiB matches the evals' own limit for
-module problems. The same cap applies to a sample whose captured case took the reference more than
-`SLOW_REFERENCE_S` (2 s) to compute (the float64 run, the native run and the allowance: harness time only, never
-the candidate's, so a kernel cannot buy itself fewer checks by being slow): KernelBench's 3-D transposed
-convolutions have no fast float64 kernel and spent 4 s per expectation on the H200. `validate_report` returns a
-`ValidationReport` with the rounds used per sample and the sizes; `validate` returns its issues only.
+module problems. The same cap applies, from its captured case on, to a sample whose inputs and outputs together
+exceed `LARGE_INPUT_BYTES` (KernelBench's `63_conv_standard_2D` reads 1 GiB and writes 8.5 GB: with full rounds on
+three seeds it spent 42 s validating on the H200, every case's expectation and comparisons walking 2.1G output
+elements), and to one whose captured case took the reference more than `SLOW_REFERENCE_S` (2 s) to compute (the
+float64 run, the native run and the allowance: harness time only, never the candidate's, so a kernel cannot buy
+itself fewer checks by being slow; KernelBench's 3-D transposed convolutions spent 4 s per expectation on the H200
+while cuDNN ran their float64 reference). `validate_report` returns a `ValidationReport` with the rounds used per
+sample and the sizes; `validate` returns its issues only.
 
 Errors are `forge.outcome.ValidationIssue`s (strings, so `list[str]` callers keep working, with typed fields):
 they name the sample (index, captured or fresh, its description), the run, the output leaf and, for value
@@ -174,7 +177,7 @@ class ValidationReport:
     """What `validate_report` found and how much it checked.
 
     `issues`: what `validate` returns (empty = correct). `fresh_rounds_requested`: `fresh_inputs_per_sample`;
-    `fresh_rounds_used`: per unique sample, after the cap for inputs over `LARGE_INPUT_BYTES`. `cases_checked`:
+    `fresh_rounds_used`: per unique sample, after the caps (see the module docstring). `cases_checked`:
     cases whose expectation was built and the candidate run (a case is one input: captured or a fresh draw);
     `cases_skipped`: fresh draws the reference rejected. `largest_input_bytes` / `largest_output_bytes`: of the
     largest case, the unit of the oracle's memory bound (see the module docstring)."""
@@ -193,8 +196,8 @@ class ValidationReport:
 
     @property
     def rounds_scaled_down(self) -> bool:
-        """Whether some sample got fewer fresh rounds than requested (its inputs exceed `LARGE_INPUT_BYTES`, or the
-        reference took over `SLOW_REFERENCE_S` on its captured case)."""
+        """Whether some sample got fewer fresh rounds than requested (its inputs, or its inputs and outputs, exceed
+        `LARGE_INPUT_BYTES`, or the reference took over `SLOW_REFERENCE_S` on its captured case)."""
         return any(used < self.fresh_rounds_requested for used in self.fresh_rounds_used)
 
 
@@ -207,11 +210,18 @@ class _Tally:
     input_bytes: int = 0
     output_bytes: int = 0
     reference_s: float = 0.0  # how long the last expectation took to build (the reference's time, not the candidate's)
+    case_bytes: int = 0  # inputs + outputs of the last case checked
 
     def record(self, input_bytes: int, output_bytes: int) -> None:
         self.checked += 1
+        self.case_bytes = input_bytes + output_bytes
         if input_bytes + output_bytes > self.input_bytes + self.output_bytes:
             self.input_bytes, self.output_bytes = input_bytes, output_bytes
+
+    def scales_down(self) -> bool:
+        """Whether the case just checked earns its sample the large-input cap: the reference took over
+        `SLOW_REFERENCE_S`, or its inputs and outputs together exceed `LARGE_INPUT_BYTES`."""
+        return self.reference_s > SLOW_REFERENCE_S or self.case_bytes > LARGE_INPUT_BYTES
 
 
 def validate(
@@ -334,9 +344,10 @@ def _validate_all(
                 more = ValidationIssue(f"... and {hidden} more problems", kind=case_errors[-1].kind)
                 case_errors = case_errors[:_MAX_ERRORS_PER_CASE] + [more]
             errors += [e.derive(f"{prefix}: {e}", sample=index, case=label) for e in case_errors]
-            if round_index == 0 and rounds > LARGE_INPUT_FRESH_ROUNDS and tally.reference_s > SLOW_REFERENCE_S:
-                logger.info("sample %d: the reference took %.1f s, %d fresh round(s) instead of %d", index,
-                            tally.reference_s, LARGE_INPUT_FRESH_ROUNDS, rounds)
+            if round_index == 0 and rounds > LARGE_INPUT_FRESH_ROUNDS and tally.scales_down():
+                logger.info("sample %d: the reference took %.1f s for %d bytes of inputs and outputs, %d fresh "
+                            "round(s) instead of %d", index, tally.reference_s, tally.case_bytes,
+                            LARGE_INPUT_FRESH_ROUNDS, rounds)
                 rounds = LARGE_INPUT_FRESH_ROUNDS
             round_index += 1
         rounds_used.append(rounds)
@@ -394,10 +405,8 @@ def _validate_case(
     if expectation is None:
         tally.skipped += 1
         return []
-    output_metas = [m for _, m in expectation.output_metas()]
-    tally.record(tensor_bytes((tuple(case.args), dict(case.kwargs))),
-                 sum(math.prod(m.shape) * torch.empty((), dtype=m.dtype).element_size() for m in output_metas))
-    metas = [(m.shape, m.dtype, m.device) for m in output_metas]
+    tally.record(tensor_bytes((tuple(case.args), dict(case.kwargs))), expectation.output_bytes)
+    metas = [(m.shape, m.dtype, m.device) for _, m in expectation.output_metas()]
     checker = _RunChecker(expectation, case, require_deterministic,
                           reference_varies=lambda: _reference_varies(reference_fn, case))
     for plan in _RUN_PLANS:

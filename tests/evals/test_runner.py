@@ -559,6 +559,29 @@ def test_a_slow_first_seed_stops_the_module_check_there_and_the_record_says_why(
     assert any("the reference is slow" in note for note in record["notes"])
 
 
+def test_large_module_outputs_stop_the_check_after_the_first_seed(tmp_path, monkeypatch) -> None:
+    """Issue 8: KernelBench's 63_conv_standard_2D reads 1 GiB and writes 8.5 GB; inputs and outputs together over
+    the size threshold stop the module check after its first seed (which keeps its normal re-draw)."""
+    from evals.sources import evaluation
+    from evals.sources.evaluation import check_module_candidate, evaluate_problem
+    from forge.checking.expectation import tensor_bytes
+
+    problem = load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[0]
+    _, inputs = problem.instantiate(torch.device("cpu"), evaluation.MODULE_SEEDS[0])
+    monkeypatch.setattr(evaluation, "LARGE_MODULE_INPUT_BYTES", tensor_bytes(inputs))  # inputs alone: not over it
+    built: list[int] = []
+
+    def build(seed: int):
+        built.append(seed)
+        return problem.instantiate_candidate(textwrap.dedent(MLP_NEW), "cpu", seed)
+
+    check = check_module_candidate(problem, build, torch.device("cpu"), QUICK)
+    assert check.ok and check.scaled == "large outputs" and built == [evaluation.MODULE_SEEDS[0]]
+    record = evaluate_problem(ScriptedSource(modules={problem.id: MLP_NEW}), problem, 0, "cpu", kernel_utils=QUICK)
+    assert record["correct"] and record["oracle_scaled"], record["failure_reason"]
+    assert any("inputs and outputs over" in note for note in record["notes"])
+
+
 class _WrongWhenTimed:
     """Correct until the benchmark starts building its inputs, then off by one: a kernel that tells timing apart."""
 

@@ -97,6 +97,23 @@ def test_fresh_rounds_are_scaled_down_for_large_inputs_and_reported(monkeypatch)
     assert not wrong.passed and {issue.case for issue in wrong.issues} == {"captured", "fresh #1"}
 
 
+def test_small_inputs_with_large_outputs_get_the_large_input_cap(monkeypatch):
+    """Issue 8: KernelBench's 63_conv_standard_2D reads 1 GiB and writes 8.5 GB; its inputs and outputs together
+    earn the cap, from its captured case on."""
+    monkeypatch.setattr(validation, "LARGE_INPUT_BYTES", 4096)
+    sample = Sample((torch.randn(16, 16),), {})  # 1 KiB in
+
+    def tiled(x):
+        return x.repeat(8, 1) * 2.0  # 8 KiB out
+
+    report = validate_report(tiled, tiled, [sample], fresh_inputs_per_sample=3)
+    assert report.passed and report.fresh_rounds_used == (1,) and report.rounds_scaled_down
+    assert report.largest_input_bytes == 1024 and report.largest_output_bytes == 8192
+    wrong = validate_report(tiled, lambda x: tiled(x) + 1, [sample], fresh_inputs_per_sample=3)
+    assert not wrong.passed and {issue.case for issue in wrong.issues} == {"captured", "fresh #1"}
+    assert validate_report(torch.relu, torch.relu, [sample], fresh_inputs_per_sample=3).fresh_rounds_used == (3,)
+
+
 def test_a_slow_reference_caps_fresh_rounds_and_a_slow_candidate_does_not(monkeypatch):
     """Issue 8: a reference slower than SLOW_REFERENCE_S on the captured case (a float64 3-D convolution) gets the
     large-input cap; only the reference's time counts, so a kernel cannot buy fewer checks by being slow."""

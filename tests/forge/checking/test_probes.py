@@ -292,6 +292,33 @@ def test_inputs_over_the_large_threshold_get_fewer_probe_calls_and_still_catch_a
     assert Probe.IN_PLACE_UPDATE.value in _runs(issues) or Probe.INPUT_DEPENDENCE.value in _runs(issues)
 
 
+def test_small_inputs_with_outputs_over_the_large_threshold_get_the_scaled_pattern(monkeypatch):
+    """Issue 8: KernelBench's 63_conv_standard_2D reads 1 GiB and writes 8.5 GB; an expectation's inputs and outputs
+    together over the threshold scale the probe pattern from then on, as large inputs do."""
+    import forge.checking.probes as probes
+
+    samples = [Sample((_randn((16, 64), 22),), {})]  # 4 KiB in, 16 KiB out
+    settings = ProbeSettings(seed=3, extra_calls_cpu=(3, 3), repeats_before_update_cpu=(2, 2))
+
+    def tiled(x):
+        return x.repeat(4, 1) * 2.0
+
+    def counted(threshold: int) -> int:
+        calls = {"n": 0}
+
+        def candidate(x):
+            calls["n"] += 1
+            return x.repeat(4, 1) * 2.0
+
+        monkeypatch.setattr(probes, "LARGE_INPUT_BYTES", threshold)
+        assert run_probes(tiled, CandidateCall(candidate), samples, table=TABLE, settings=settings) == []
+        return calls["n"]
+
+    # wide + offset view, plus 2 repeats + 2 updates + 3 extra calls (normal) vs 1 + 1 + 1 (scaled)
+    assert counted(1 << 30) == 2 + 2 + 2 + 3
+    assert counted(8 << 10) == 2 + 1 + 1 + 1  # inputs alone (4 KiB) stay under 8 KiB, inputs + outputs do not
+
+
 def test_the_dependence_check_counts_the_same_in_small_pieces(monkeypatch):
     """The check walks the expectations piece by piece (issue 8: no full-size float64 temporaries); with pieces of
     7 elements a stale output still fails and a following one still passes."""
