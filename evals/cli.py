@@ -241,7 +241,7 @@ def summary_table(summary: dict[str, Any]) -> pd.DataFrame:
         ("cost per correct kernel", _fmt(cost.get("per_correct_usd"), "${:.4f}")),
         ("roofline fraction (mean)", _pct((summary.get("roofline_fraction") or {}).get("mean"))),
         ("mean attempts", _fmt(summary.get("mean_attempts"), "{:.2f}")),
-        ("wall time", _fmt(summary.get("wall_s"), "{:.1f} s")),
+        ("wall time (sum over samples)", _fmt(summary.get("wall_s"), "{:.1f} s")),
         ("harness time (slowest problem)", _fmt((summary.get("harness_s") or {}).get("max"), "{:.1f} s")),
     ]
     failures = summary.get("failure_reasons") or {}

@@ -264,8 +264,9 @@ def summarize(df: pd.DataFrame, total: int | None = None) -> dict[str, Any]:
     `geomean_speedup` (`{"eager": ..., "compile": ...}`), `pass_at_k` (`{"1": ..., "2": ...}` for k in 1, 2, 5,
     10, 20, 50, 100 up to the fewest samples of any problem; empty with one sample per problem), `cost`
     (`total_usd`, `per_problem_usd`, `per_correct_usd`), `tokens` (`prompt`, `completion`), `roofline_fraction`
-    (`mean`, `median`), `mean_attempts`, `wall_s`, `harness_s` (`total`, `max`), `failure_reasons`
-    (`{failure_category: problems}`, plus `"missing"` for problems without a record).
+    (`mean`, `median`), `mean_attempts`, `wall_s` (summed over samples: with several workers more than the run's
+    elapsed time), `harness_s` (`total`, `max`), `failure_reasons` (`{failure_category: problems}`, plus
+    `"missing"` for problems without a record).
     """
     df = normalize_records(df)
     rows = per_problem(df)

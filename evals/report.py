@@ -116,7 +116,7 @@ def _summary_rows(summary: Mapping[str, Any]) -> list[list[str]]:
         ["roofline reached (mean / median)",
          f"{_pct(summary['roofline_fraction']['mean'])} / {_pct(summary['roofline_fraction']['median'])}"],
         ["mean attempts", _num(summary["mean_attempts"])],
-        ["wall time", _num(summary["wall_s"], "{:.1f}", " s")],
+        ["wall time (sum over samples; workers run in parallel)", _num(summary["wall_s"], "{:.1f}", " s")],
         ["harness time (total / slowest problem)", " / ".join(_num(summary["harness_s"][k], "{:.1f}", " s")
                                                               for k in ("total", "max"))],
     ]
