@@ -15,9 +15,8 @@ compares their forward passes on the file's `get_inputs()`, on normal re-draws o
 and on the oracle's own fresh draws (one seed and no normal re-draw when the inputs exceed
 `LARGE_MODULE_INPUT_BYTES`, so KernelBench's shipped sizes fit one GPU; one seed when the first took longer than
 `SLOW_MODULE_SEED_S`, so a slow float64 reference keeps the harness under 30 s, or when inputs and outputs together
-exceed that size). The reference also runs as a
-float64 copy of `Model`, so the allowance reflects eager's own rounding error. Then candidate, `Model` and
-`torch.compile(Model)` are timed on `get_inputs()`.
+exceed that size). The reference also runs as a float64 copy of `Model`, so the allowance reflects eager's own
+rounding error. Then candidate, `Model` and `torch.compile(Model)` are timed on `get_inputs()`.
 
 Baselines a user would pick: eager; plain `torch.compile` of the function (or of `Model`), timed by the same clock
 as the candidate; and, where the clock is host-inclusive (`--timing eager`) on CUDA, eager replayed from a CUDA graph

@@ -27,7 +27,7 @@ temporaries.
 
 The float64 run has cuDNN turned off: cuDNN has no fast float64 path, and PyTorch's own kernels (im2col plus a
 float64 GEMM) gave the same outputs (within 1e-15 relative) 1.5-12x faster on the H200 for KernelBench's
-convolutions at shipped size (`benchmarks/float64_reference.py`, BENCHMARKS.md H8): `68_conv_transposed_3D` 2.79 s
+convolutions at shipped size (`benchmarks/float64_reference.py`, BENCHMARKS.md H8b): `68_conv_transposed_3D` 2.79 s
 -> 0.24 s per call, the 2-D transposed ones ~0.33 s -> ~0.03 s. The eager run keeps the user's backends: it is the
 baseline whose rounding the allowance reflects.
 
