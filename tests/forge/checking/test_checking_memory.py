@@ -133,7 +133,7 @@ def test_a_slow_reference_caps_fresh_rounds_and_a_slow_candidate_does_not(monkey
 
 
 def test_the_float64_reference_runs_without_cudnn_and_eager_keeps_the_users_setting():
-    """Issue 8: cuDNN's float64 convolutions were 1.5-12x slower than PyTorch's own on the H200 (BENCHMARKS.md H8), so
+    """Issue 8: cuDNN's float64 convolutions were 1.5-12x slower than PyTorch's own on the H200 (BENCHMARKS.md H8b), so
     the float64 run turns it off; the native run is the user's eager and keeps cuDNN as the user set it."""
     seen: list[tuple[torch.dtype, bool]] = []
 
