@@ -4,18 +4,10 @@
 # suite's compile and sdpa sources re-measured with plain torch.compile and the CUDA-graphs baseline.
 # Needs the KernelBench level-1 files in .gpu/kernelbench/level1 (carried). Output: $OUT/issue8.tar.gz.
 set -uo pipefail
-[ "${SKIP_WHEELS:-0}" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache
-logs=${OUT:-/tmp/out}/issue8; mkdir -p "$logs"
+source "$(dirname "$0")/h200_common.sh"
+h200_setup issue8
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv | tee "$logs/gpu.txt"
 KB=${KB_PROBLEMS:-level1/33_BatchNorm,level1/34_InstanceNorm,level1/35_GroupNorm_,level1/36_RMSNorm_,level1/40_LayerNorm,level1/23_Softmax,level1/19_ReLU,level1/99_TripletMarginLoss,level1/98_KLDivLoss,level1/1_Square_matrix_multiplication_}
-step() {  # name, seconds, command...
-  local name=$1 limit=$2; shift 2
-  local start; start=$(date +%s)
-  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
-  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
-  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-45} >> "$logs/summary.txt"
-}
 [ "${SKIP_KB:-0}" = 1 ] || step kb-eager "${KB_TIMEOUT:-420}" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager \
   --problems "$KB" --timeout 300 --no-plots --out "$logs/kb-eager"
 [ "${SKIP_BUILTIN:-0}" = 1 ] || step builtin-compile 300 python3 -m forge.cli eval builtin --source compile --quick --no-plots --out "$logs/builtin-compile"

@@ -6,18 +6,11 @@
 # PART=c: the checking package's GPU tests (spot checks in graph mode) and the adversarial corpus on the H200.
 # Output: $OUT/session3.tar.gz.
 set -uo pipefail
-root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
-logs=${OUT:-/tmp/out}/session3; mkdir -p "$logs"
+source "$(dirname "$0")/h200_common.sh"
+h200_snapshot
+h200_setup session3
+export KFORGE_UNSAFE_SANDBOX=1
 nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$logs/gpu.txt"
-step() {  # name, seconds, command...
-  local name=$1 limit=$2; shift 2
-  local start; start=$(date +%s)
-  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
-  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
-  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-45} >> "$logs/summary.txt"
-}
 if [ "${PART:-a}" = a ]; then
   step oracle-probes 170 python3 -m benchmarks.oracle_memory --probes --out "$logs/oracle_probes.json"
   step kb6 330 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 150 --no-plots \

@@ -7,18 +7,11 @@
 # problem. PART=c (after outputs joined inputs in the size rules): all 100 level-1 problems on nvidia-h200-x2.
 # Output: $OUT/session4.tar.gz.
 set -uo pipefail
-root=/tmp/head; rm -rf "$root"; mkdir -p "$root"; tar -xf .gpu/head.tar -C "$root"; cp -r .gpu .whl "$root/"; cd "$root"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
-logs=${OUT:-/tmp/out}/session4; mkdir -p "$logs"
+source "$(dirname "$0")/h200_common.sh"
+h200_snapshot
+h200_setup session4
+export KFORGE_UNSAFE_SANDBOX=1
 nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$logs/gpu.txt"
-step() {  # name, seconds, command...
-  local name=$1 limit=$2; shift 2
-  local start; start=$(date +%s)
-  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
-  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
-  grep -v "^·" "$logs/$name.log" | tail -${TAIL:-45} >> "$logs/summary.txt"
-}
 kb() {  # name, seconds, comma-separated problem ids
   step "$1" "$2" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 120 --no-plots \
     --problems "$3" --out "$logs/$1"

@@ -4,16 +4,10 @@
 # the CUDA-marked tests, the CUDA language's compile/launch/fault benchmark and the adversarial corpus.
 # Output: $OUT/session-$PART.tar.gz. Needs .whl (LLM client wheels) and .gpu/kernelbench/level1 carried.
 set -uo pipefail
-[ "${SKIP_WHEELS:-0}" = 1 ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge-cache KFORGE_UNSAFE_SANDBOX=1
-PART=${PART:-a}; logs=${OUT:-/tmp/out}/session-$PART; mkdir -p "$logs"
-step() {  # name, seconds, command...
-  local name=$1 limit=$2; shift 2
-  local start; start=$(date +%s)
-  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
-  echo "== $name: exit $? after $(( $(date +%s) - start )) s" | tee -a "$logs/summary.txt"
-  grep -v "^·\|UserWarning\|warnings.warn" "$logs/$name.log" | tail -${TAIL:-40} >> "$logs/summary.txt"
-}
+source "$(dirname "$0")/h200_common.sh"
+PART=${PART:-a}
+h200_setup "session-$PART"
+export KFORGE_UNSAFE_SANDBOX=1 STEP_FILTER="^·\|UserWarning\|warnings.warn" TAIL=${TAIL:-40}
 if [ "$PART" = a ]; then
   step oracle-memory 200 python3 -m benchmarks.oracle_memory
   step kb-eager "${KB_TIMEOUT:-330}" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 240 --no-plots \
