@@ -171,10 +171,9 @@ class _Run:
         try:
             expectation = build_expectation(self.reference_fn, inputs, self.table, self.error_factor)
             elapsed = time.perf_counter() - start
-            size = sample_input_bytes(inputs) + expectation.output_bytes
-            if not self.large and (elapsed > self.settings.slow_reference_s or size > LARGE_INPUT_BYTES):
-                logger.debug("slow or large reference (%.1f s, %d bytes of inputs and outputs per expectation): "
-                             "scaled probe pattern", elapsed, size)
+            if not self.large and (elapsed > self.settings.slow_reference_s
+                                   or sample_input_bytes(inputs) + expectation.output_bytes > LARGE_INPUT_BYTES):
+                logger.debug("slow or large reference (%.1f s per expectation): scaled probe pattern", elapsed)
                 self.large = True
             return expectation
         except ReferenceFailure as exc:
