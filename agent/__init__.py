@@ -5,7 +5,7 @@ sandbox against the harness oracle, feeds failures back, and returns the fastest
     generator = LLMKernelGenerator()            # configured from KFORGE_LLM_* / OPENAI_* / KFORGE_CASSETTE
     KernelOptimizer(kernel_generators=generator).make_plan(model, samples)
 
-Names are imported lazily, so `agent.sandbox` (the sandbox child) starts without the LLM client stack.
+Names are imported lazily, so `forge.sandbox` (the sandbox child) starts without the LLM client stack.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def generators_from_args(args: argparse.Namespace) -> list:
 def _allow_shipped_demo_without_boundary(args: argparse.Namespace) -> None:
     """The demo's recorded kernels ship inside kernel-forge itself (as trusted as the package), so where bubblewrap is
     missing they may run with the weaker isolation, with one warning, instead of making the README's demo fail."""
-    from agent.sandbox.isolation import SandboxUnavailableError, resolve_isolation
+    from forge.sandbox.isolation import SandboxUnavailableError, resolve_isolation
 
     try:
         resolve_isolation("auto")
@@ -204,7 +204,7 @@ def require_sandbox(args: argparse.Namespace) -> None:
     """
     import os
 
-    from agent.sandbox.isolation import UNSAFE_ENV, SandboxUnavailableError, resolve_isolation
+    from forge.sandbox.isolation import UNSAFE_ENV, SandboxUnavailableError, resolve_isolation
 
     if getattr(args, "unsafe_sandbox", False):
         os.environ[UNSAFE_ENV] = "1"

@@ -2,9 +2,9 @@
 `ModelNew` modules for KernelBench-format problems (`generate_module`, used by the evals).
 
 One conversation loop serves both kinds of problem; a small `_Problem` object per kind supplies what differs (the
-first, fix and optimize prompts, how a candidate is checked, how its speed reads). The loop asks for a candidate,
-checks it (function kernels: screened and run in the sandbox against the harness oracle; modules: the caller's
-`evaluate(source)`, the eval's oracle in a child process) and feeds every failure back (`fix`) for up to `attempts`
+first, fix and optimize prompts, what a candidate is judged against, how its speed reads). The loop asks for a
+candidate, has the judge check it (`forge.judging.Judge.judge_source`: screened, run in the sandbox child, the oracle
+in this process, for kernels and `ModelNew`s alike) and feeds every failure back (`fix`) for up to `attempts`
 turns (a `harness_error` verdict, a failure of the harness and not of the candidate, ends the conversation instead:
 it is never sent to the model as its fault); after the first correct candidate it spends `optimize_rounds` more
 turns asking for faster versions (`optimize` / `optimize_module`: measured time vs PyTorch; for kernels also vs the
@@ -34,7 +34,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,16 +47,20 @@ from agent.llm import LLMClient, LLMConfig, LLMError
 from agent.prompting import Failure, KernelTask, ModuleTask, Performance, PromptRenderer
 from agent.provider import GeneratedKernelProvider
 from agent.replies import no_code_feedback
-from agent.sandbox import SandboxPool, SandboxResult
 from forge.execution import Execution
 from forge.functional import functional_names
+from forge.judging import FunctionTarget, Judge, JudgeOptions, ModuleTarget, Verdict
 from forge.outcome import Outcome
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample, SampleCounter, iter_tensors
+from forge.sandbox import SandboxOptions
 
 __all__ = ["LLMKernelGenerator", "ModuleGenerationResult", "RANDOM_FUNCTIONS"]
 
 logger = logging.getLogger(__name__)
+
+# The candidate's time in one sandbox child (its start-up, import and calls; the harness's own work is not counted).
+DEFAULT_SANDBOX_TIMEOUT_S = 300.0
 
 # Functions whose output is random by design: the oracle cannot validate them against PyTorch.
 RANDOM_FUNCTIONS = frozenset(
@@ -71,7 +75,7 @@ RANDOM_FUNCTIONS = frozenset(
 @dataclass
 class _Attempt:
     code: str | None
-    result: Any  # a SandboxResult, or the module verdict `evaluate` returned; None when no code was found
+    result: Verdict | None  # the judge's verdict; None when no code was found
     note: str = ""
 
 
@@ -137,8 +141,7 @@ class LLMKernelGenerator(KernelGenerator):
         language: str | Sequence[str] = "triton",
         prompts_dir: str | Path | None = None,
         llm_concurrency: int = 4,
-        sandbox_concurrency: int | None = None,
-        sandbox_timeout_s: float = 300.0,
+        judge_options: JudgeOptions | None = None,
         kernel_utils: Any = None,
         artifacts_dir: str | Path | None = None,
         use_cache: bool = True,
@@ -166,14 +169,11 @@ class LLMKernelGenerator(KernelGenerator):
                 raise ValueError(f"{label} names unknown torch.nn.functional functions: {', '.join(unknown)}")
         allowed = set(functions) if functions is not None else known - RANDOM_FUNCTIONS
         self._functions = sorted(allowed - set(exclude or ()))
-        if sandbox_concurrency is None:
-            sandbox_concurrency = 1 if torch.cuda.is_available() else 2
-        self.sandbox_timeout_s = float(sandbox_timeout_s)
+        if judge_options is None:
+            judge_options = JudgeOptions(SandboxOptions(timeout_s=DEFAULT_SANDBOX_TIMEOUT_S),
+                                         max_concurrent=1 if torch.cuda.is_available() else 2)
         self.kernel_utils = kernel_utils
-        sandbox_defaults: dict[str, Any] = {"timeout_s": self.sandbox_timeout_s, "language": self.language.name}
-        if kernel_utils is not None:
-            sandbox_defaults["kernel_utils"] = kernel_utils
-        self.sandbox = SandboxPool(sandbox_concurrency, **sandbox_defaults)
+        self.judge = Judge(kernel_utils, judge_options)
         self._llm_slots = threading.BoundedSemaphore(llm_concurrency)
         self._function_pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kforge-gen")
         self._conversation_pool = cf.ThreadPoolExecutor(
@@ -209,7 +209,7 @@ class LLMKernelGenerator(KernelGenerator):
 
         base = self.kernel_utils if self.kernel_utils is not None else KernelUtils()
         self.kernel_utils = dataclasses.replace(base, timing=execution.timing_mode)
-        self.sandbox.defaults["kernel_utils"] = self.kernel_utils
+        self.judge.kernel_utils = self.kernel_utils
 
     def prepare(self, function: str, samples: Sequence[Sample]) -> bool:
         if function not in self._functions:
@@ -227,7 +227,7 @@ class LLMKernelGenerator(KernelGenerator):
         if not devices:
             logger.info("%s: samples of %s hold no tensors", self.name, function)
             return False
-        self.sandbox.isolation()  # SandboxUnavailableError here, before any LLM call is paid for
+        self.judge.isolation()  # SandboxUnavailableError here, before any LLM call is paid for
         return True
 
     def submit(self, function: str, samples: Sequence[Sample]) -> cf.Future[KernelGenerationResult]:
@@ -241,14 +241,14 @@ class LLMKernelGenerator(KernelGenerator):
         with self._client_lock:
             if self._client is not None:
                 self._client.cancel()
-        killed = self.sandbox.kill_all()
+        killed = self.judge.kill_all()
         logger.info("%s cancelled (%d sandbox process group(s) killed)", self.name, killed)
 
     def close(self) -> None:
         self.cancel()
         self._function_pool.shutdown(wait=False, cancel_futures=True)
         self._conversation_pool.shutdown(wait=False, cancel_futures=True)
-        self.sandbox.close()
+        self.judge.close()
         with self._build_pools_lock:
             pools, self._build_pools = list(self._build_pools.values()), {}
         for pool in pools:
@@ -370,12 +370,12 @@ class LLMKernelGenerator(KernelGenerator):
             logger.debug("%s: prebuild of a %s candidate for %s failed: %s", self.name, language.name, task.function,
                          future.exception())
 
-    def _run_sandbox(self, code: str, task: KernelTask, samples: list[Sample], counts: list[int],
-                     cancel: threading.Event) -> SandboxResult:
-        return self.sandbox.run(code, task.function, samples, counts=counts, cancel_event=cancel,
-                                language=task.language)
+    def _judge(self, code: str, task: KernelTask, samples: list[Sample], counts: list[int],
+               cancel: threading.Event) -> Verdict:
+        target = FunctionTarget(task.function, tuple(samples), tuple(counts))
+        return self.judge.judge_source(code, target, get_language(task.language), cancel_event=cancel)
 
-    def _performance(self, task: KernelTask, result: SandboxResult, samples: list[Sample]) -> Performance:
+    def _performance(self, task: KernelTask, result: Verdict, samples: list[Sample]) -> Performance:
         from agent.roofline import estimate
 
         device = "cuda" if any(t.device.type == "cuda" for s in samples for t in iter_tensors((s.args, s.kwargs))) \
@@ -494,15 +494,13 @@ class LLMKernelGenerator(KernelGenerator):
         })
 
     # -- module problems (KernelBench format, used by evals) ----------------------------------------------
-    def generate_module(self, task: ModuleTask, evaluate: Callable[[str], Any]) -> ModuleGenerationResult:
+    def generate_module(self, task: ModuleTask, target: ModuleTarget) -> ModuleGenerationResult:
         """Write a `ModelNew` for a KernelBench-format problem, in the same conversation loop as kernels.
 
-        `evaluate(source)` checks one candidate and returns a `SandboxResult`-like verdict: `status` (an `Outcome`
-        value; `ok` = correct, `harness_error` = the harness failed), `message`, `details`, and for a correct one
-        its timing against the reference `Model` (`latency_ms` / `baseline_ms`: `BenchmarkResult` dicts or ms,
-        and `speedup`). A timed correct `ModelNew` gets `optimize_rounds` turns asking for a faster one; the
-        fastest correct `ModelNew` is returned. An untimed correct verdict ends the conversation at once."""
-        problem = _ModuleProblem(self, task, evaluate)
+        `task` is what the prompts show; `target` what the judge checks each candidate against (the same problem:
+        `ModelNew` built in the sandbox child, `Model` here, every seed; then both timed in the child). A correct
+        `ModelNew` gets `optimize_rounds` turns asking for a faster one; the fastest correct one is returned."""
+        problem = _ModuleProblem(self, task, target)
         folder = self.artifacts_dir / f"module-{_safe_name(getattr(task, 'name', None) or 'Model')}"
         outcome = self._conversation(problem, 0, folder, self._cancel)
         usage = self._usage_for(problem.tag)
@@ -583,15 +581,15 @@ class _FunctionProblem(_TaskProblem):
 
     def evaluate(self, code: str, cancel: threading.Event) -> Any:
         self.generator._prebuild(code, self.task, cancel)
-        return self.generator._run_sandbox(code, self.task, self.samples, self.counts, cancel)
+        return self.generator._judge(code, self.task, self.samples, self.counts, cancel)
 
 
 @dataclass(frozen=True, eq=False)
 class _ModuleProblem(_TaskProblem):
-    """A KernelBench-format problem: the caller's `evaluate(source)` checks (and times) each `ModelNew`."""
+    """A KernelBench-format problem: the judge checks (and times) each `ModelNew` against `target`."""
 
     task: ModuleTask
-    check: Callable[[str], Any]
+    target: ModuleTarget
     noun: str = "ModelNew"
     entry_point: str = "ModelNew"
 
@@ -620,7 +618,7 @@ class _ModuleProblem(_TaskProblem):
         return self.generator.renderer.optimize_module(self.task, code, performance)
 
     def evaluate(self, code: str, cancel: threading.Event) -> Any:
-        return self.check(code)
+        return self.generator.judge.judge_source(code, self.target, self.language, cancel_event=cancel)
 
 
 def _safe_name(name: str) -> str:

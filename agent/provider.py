@@ -6,8 +6,8 @@ time with no LLM: loading writes the source into the cache folder (content-addre
 is screened again before it is imported, so a hand-edited plan cannot smuggle in forbidden constructs.
 
 The class declares `carries_code`: a plan or cache entry holding one must be signed (`forge.signing`), and
-`verify_isolated` validates the source in the sandbox (`agent.sandbox.run_candidate`), so `kforge plan verify` runs
-it there before any process outside the sandbox imports it.
+`candidate_code` hands its source to the judge (`forge.judging.Judge.judge_source`), so `kforge plan verify` runs it
+in the sandbox before any process outside the sandbox imports it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +26,13 @@ from agent.languages.triton_launch import LaunchCacheStats, cached_launchers
 from agent.screening import format_violations
 from forge.atomic import write_text_atomic
 from forge.functional import original_function
-from forge.provider import IsolatedStatus, IsolatedVerification, KernelProvider
+from forge.judging.language import CandidateCode
+from forge.provider import KernelProvider
 from forge.samples import Sample, sample_from_json, sample_to_json, spec_sample
 
 __all__ = ["GeneratedKernelProvider", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
-
-# agent.sandbox.SandboxResult.status -> the isolated verification's outcome (every other status is FAILED)
-# (a harness error is not the kernel's fault: CRASHED, not FAILED)
-_ISOLATED_STATUS = {"ok": IsolatedStatus.PASSED, "timeout": IsolatedStatus.TIMEOUT, "crash": IsolatedStatus.CRASHED,
-                    "harness_error": IsolatedStatus.CRASHED}
 
 
 def default_cache_dir() -> Path:
@@ -134,26 +130,11 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
         entry = self._entry if self._entry is not None else self._load()
         return entry(*args, **kwargs)
 
-    def verify_isolated(self, samples: Sequence[Sample], timeout_s: float) -> IsolatedVerification:
-        """Screen, then validate the source on `samples` (tensors or `TensorSpec`s) in the sandbox; nothing is
-        imported here. `timeout_s` bounds the sandboxed child (its start-up included)."""
-        from agent.sandbox import SandboxUnavailableError, run_candidate
-
+    def candidate_code(self) -> CandidateCode | None:
+        """The source and its language, for the judge's sandbox (`kforge plan verify` runs it there before any
+        process outside the sandbox imports it); None for an entry point the sandbox does not call."""
         language = get_language(self.language)
-        if self.entry_point != language.entry_point:
-            return IsolatedVerification(IsolatedStatus.REFUSED, (
-                f"the sandbox runs the entry point {language.entry_point!r}; this kernel's is {self.entry_point!r}",))
-        try:
-            result = run_candidate(self.source, self.function, list(samples), language=language,
-                                   timeout_s=timeout_s, benchmark=False)
-        except SandboxUnavailableError as exc:
-            return IsolatedVerification(IsolatedStatus.REFUSED, (
-                f"the sandbox cannot be set up here, so the kernel was not run: {exc}",))
-        status = _ISOLATED_STATUS.get(str(getattr(result.status, "value", result.status)), IsolatedStatus.FAILED)
-        if status is IsolatedStatus.PASSED:
-            return IsolatedVerification(status, (), str(result.isolation))
-        errors = tuple(str(e) for e in result.details.get("errors") or ()) or (result.message,)
-        return IsolatedVerification(status, errors, str(result.isolation))
+        return CandidateCode(self.source, language) if self.entry_point == language.entry_point else None
 
     # -- serialisation ------------------------------------------------------------------------------------
     def _to_dict(self) -> dict[str, Any]:

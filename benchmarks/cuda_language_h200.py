@@ -320,7 +320,7 @@ def measure_sandbox(work: Path) -> dict:
     import torch
 
     from agent.languages.cuda.reference_candidates import GROUP_NORM_FILE, RMS_NORM_FILE
-    from agent.sandbox import run_candidate
+    from forge.sandbox import run_candidate
     from forge.checking import KernelUtils
     from forge.samples import Sample
 

@@ -22,11 +22,13 @@ One record (row) per evaluated sample of a problem. Columns (`RECORD_COLUMNS`; m
 | `wall_s` | wall-clock seconds spent on the sample (generation + checking + timing) |
 | `generation_s` | seconds the source spent producing the candidate (LLM turns, sandbox checks) |
 | `harness_s` | `wall_s - generation_s`: the harness's own validation and timing |
-| `failure_reason` | why it is not correct, as `"<category>: <detail>"` (e.g. `"compile error: ..."`, `"timeout"`) |
+| `failure` | why it is not correct: an `evals.failures.Failure` value (`mismatch`, `compile_error`...), or None |
+| `outcome` | the judge's verdict, a `forge.outcome.Outcome` value (None when no candidate was judged) |
+| `failure_reason` | the same for people: `"<label>: <detail>"` (e.g. `"compile error: ..."`) |
 | `bytes_moved`, `flops` | the work the problem needs (for the roofline) |
 | `roofline_floor_ms` | the lower bound from bytes/bandwidth and flops/peak |
 
-Summaries count failures by category (`failure_category`: the text before the first ':').
+Summaries count failures by their `failure` value.
 
 Conventions (as in KernelBench): rates and `fast_p` divide by ALL problems (pass `total` to count problems that
 have no record at all), so a missing, failed or unmeasured problem counts against; per-problem metrics use each
@@ -89,14 +91,16 @@ RECORD_COLUMNS: dict[str, str] = {
     "wall_s": "wall-clock seconds spent on the sample",
     "generation_s": "seconds the source spent producing the candidate",
     "harness_s": "wall_s - generation_s: the harness's own validation and timing",
-    "failure_reason": "short reason when not correct",
+    "failure": "why it is not correct (an evals.failures.Failure value)",
+    "outcome": "the judge's verdict (a forge.outcome.Outcome value)",
+    "failure_reason": "short reason when not correct, for people",
     "bytes_moved": "bytes the problem must move (roofline)",
     "flops": "floating-point operations the problem needs (roofline)",
     "roofline_floor_ms": "lower bound on latency from bytes/bandwidth and flops/peak, ms",
 }
 
 _BOOL_COLUMNS = ("compiled", "correct")
-_TEXT_COLUMNS = ("problem_id", "suite", "failure_reason")
+_TEXT_COLUMNS = ("problem_id", "suite", "failure", "outcome", "failure_reason")
 _KEY = ["suite", "problem_id"]
 
 
@@ -238,13 +242,11 @@ def mean_roofline_fraction(df: pd.DataFrame) -> float:
     return float(fractions.mean()) if not fractions.empty else math.nan
 
 
-def failure_category(reason: Any) -> str:
-    """The part of a failure reason before its first ':' (e.g. `"compile error: ..."` -> `"compile error"`),
-    at most 80 characters; `"unknown"` when empty."""
-    if reason is None or (isinstance(reason, float) and math.isnan(reason)):
+def failure_category(failure: Any) -> str:
+    """A record's `failure` value as counted in summaries (`"unknown"` when the record has none)."""
+    if failure is None or (isinstance(failure, float) and math.isnan(failure)) or not str(failure):
         return "unknown"
-    category = " ".join(str(reason).split(":", 1)[0].split())[:80]
-    return category or "unknown"
+    return str(failure)
 
 
 def _clean(value: Any) -> Any:
@@ -285,7 +287,7 @@ def summarize(df: pd.DataFrame, total: int | None = None) -> dict[str, Any]:
         if df.groupby(_KEY).size().max() > 1:
             pass_k = {str(k): _clean(pass_at_k(df, k, total)) for k in (1, 2, 5, 10, 20, 50, 100) if k <= fewest}
     fractions = roofline_fraction(rows).dropna()
-    failures = rows.loc[~rows["correct"], "failure_reason"].map(failure_category)
+    failures = rows.loc[~rows["correct"], "failure"].map(failure_category)
     missing = n - len(rows)
     reasons = {str(k): int(v) for k, v in failures.value_counts().items()}
     if missing:

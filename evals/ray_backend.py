@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from evals.failures import Failure
 from evals.sources.base import EvalSource
 from evals.sources.evaluation import failure_record
 from evals.workers import RecordSink, WorkItem
@@ -106,9 +107,9 @@ def run_ray(items: Sequence[WorkItem], source: EvalSource, *, device: torch.devi
                 try:
                     records = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - a dead worker or a failed task
-                    reason = _task_failure(exc)
-                    logger.warning("%s: %s", item.problem.label(), reason)
-                    records = [failure_record(item.problem, index, source.name, reason, device=task_device)
+                    failure, detail = _task_failure(exc)
+                    logger.warning("%s: %s: %s", item.problem.label(), failure.label, detail)
+                    records = [failure_record(item.problem, index, source.name, failure, detail, device=task_device)
                                for index in item.sample_indices]
                 for record in records:
                     on_record(record)
@@ -117,9 +118,10 @@ def run_ray(items: Sequence[WorkItem], source: EvalSource, *, device: torch.devi
             ray.shutdown()
 
 
-def _task_failure(exc: BaseException) -> str:
+def _task_failure(exc: BaseException) -> tuple[Failure, str]:
+    """A failed Ray task: a crash when Ray says its worker died (Ray's own exception types and text), else ours."""
     name = type(exc).__name__
     text = " ".join(str(exc).split())[:400]
     if "WorkerCrashed" in name or "died" in text.lower() or "ActorDied" in name:
-        return f"crash: ray worker died ({name}: {text})"
-    return f"harness_error: ray task failed ({name}: {text})"
+        return Failure.CRASH, f"ray worker died ({name}: {text})"
+    return Failure.HARNESS_ERROR, f"ray task failed ({name}: {text})"

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from evals.metrics import failure_category
+from evals.failures import Failure
 from evals.problems import Problem, load_suite
 from evals.progress import ProgressBar
 from evals.report import write_report
@@ -98,7 +98,8 @@ def _status(record: dict[str, Any]) -> str:
     if record.get("correct"):
         speedup = record.get("speedup_eager")
         return f"{label} correct" + (f" {speedup:.2f}x eager" if isinstance(speedup, (int, float)) else "")
-    return f"{label} {failure_category(record.get('failure_reason'))}"
+    failure = record.get("failure")
+    return f"{label} {Failure(failure).label if failure else 'not correct'}"
 
 
 def _jsonable(value: Any) -> Any:

@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import threading
 import time
 import traceback
@@ -34,11 +35,10 @@ from typing import Any
 
 import torch
 
-from evals.metrics import failure_category
+from evals.failures import Failure
 from evals.problems import Problem
 from evals.sources.base import EvalSource
 from evals.sources.evaluation import failure_record
-from evals.sources.isolated import signal_name
 from forge.checking import KernelUtils
 
 __all__ = [
@@ -179,7 +179,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, source: EvalSource
                 if pinned is not None and device.startswith("cuda"):
                     record["worker_gpu"] = pinned
                 conn.send(("record", record))
-                if failure_category(record.get("failure_reason")) == "cuda_error":
+                if record.get("failure") == Failure.DEVICE_FAULT.value:
                     # The CUDA context may be broken for good: leave, the parent starts a fresh worker.
                     conn.close()
                     os._exit(EXIT_CUDA_ERROR)
@@ -304,14 +304,14 @@ class _Pool:
             problem = slot.item.problem
             if slot.current is not None:
                 if timed_out:
-                    reason = f"timeout: no result within {self.timeout_s:g} s; the worker was killed"
+                    failure, detail = Failure.TIMEOUT, f"no result within {self.timeout_s:g} s; the worker was killed"
                 elif code is not None and code < 0:
-                    reason = f"crash: worker died with signal {signal_name(-code)}"
+                    failure, detail = Failure.CRASH, f"worker died with signal {_signal_name(-code)}"
                 else:
-                    reason = f"crash: worker exited with code {code}"
-                logger.warning("%s sample %d: %s", problem.label(), slot.current, reason)
+                    failure, detail = Failure.CRASH, f"worker exited with code {code}"
+                logger.warning("%s sample %d: %s: %s", problem.label(), slot.current, failure.label, detail)
                 self.on_record(failure_record(
-                    problem, slot.current, self.source.name, reason, device=slot.plan.device,
+                    problem, slot.current, self.source.name, failure, detail, device=slot.plan.device,
                     wall_s=time.monotonic() - slot.started_at, worker_pid=slot.pid))
             if slot.remaining:
                 self.pending.appendleft(WorkItem(problem, tuple(slot.remaining)))
@@ -375,3 +375,11 @@ def run_in_process(items: Sequence[WorkItem], source: EvalSource, *, device: str
                 on_record(record)
     finally:
         local.close()
+
+
+def _signal_name(number: int) -> str:
+    """`11` -> `"SIGSEGV"`."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -4,8 +4,8 @@ Flow of `make_plan` (the reference design's, with its weak points fixed):
 1. profile the module's forward (functional calls intercepted only inside it) and rank functions by time;
 2. select functions per source by time share (providers and generators have separate thresholds);
 3. submit every generator task first (asynchronous; the generation clock starts now);
-4. while they run, prepare and validate every static provider;
-5. collect generated results as they finish until the timeout, validating each (unfinished tasks are cancelled
+4. while they run, prepare and judge every static provider;
+5. collect generated results as they finish until the timeout, judging each (unfinished tasks are cancelled
    and named);
 6. per function, once generation is over, time PyTorch, then every valid candidate, then PyTorch again, and keep
    the fastest candidate only when it beats both baseline runs by more than the measured noise;
@@ -13,7 +13,9 @@ Flow of `make_plan` (the reference design's, with its weak points fixed):
 `make_plan(..., execution=)` says how the model will run (`forge.execution`): `eager` selects on host-inclusive
 time, `cuda_graphs` and `compile` on device time (a CUDA-graph replay: launch cost vanishes there), and the
 end-to-end check runs the model that way. The plan records the mode.
-Every candidate, static or generated, goes through the same `KernelUtils.validate` then `KernelUtils.benchmark`.
+Every candidate, static or generated, is judged by the same `forge.judging.Judge` (a provider that carries code,
+such as a generated kernel, in its sandbox; static providers in process), then timed by `KernelUtils.benchmark`
+here, where the plan will run it. `judge=` shares a judge (e.g. the generator's) instead of making one.
 Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.2x PyTorch in its sandbox measured
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
 A failing provider or generator is reported and skipped; it never breaks the plan. Report statuses are
@@ -52,13 +54,13 @@ from forge.end_to_end import ModelRunner, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
 from forge.functional import original_function
+from forge.judging import FunctionTarget, Judge
 from forge.outcome import (
     CandidateAbort,
     CandidateCall,
     HarnessError,
     Outcome,
     candidate_code,
-    outcome_of_issues,
     watch_interrupts,
 )
 from forge.plan import KernelOptimizationPlan, PlanEntry
@@ -73,7 +75,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_GENERATION_TIMEOUT_S = 21600.0
 GENERATION_TIMEOUT_ENV = "KFORGE_GENERATION_TIMEOUT"
-REPORT_COLUMNS = ["function", "candidate", "source", "status", "latency_ms", "spread", "speedup", "error"]
+REPORT_COLUMNS = ["function", "candidate", "source", "status", "outcome", "latency_ms", "spread", "speedup", "error"]
 
 
 class ReportStatus(StrEnum):
@@ -91,9 +93,24 @@ class ReportStatus(StrEnum):
     FAILED = "failed"  # a generator failed (not a candidate)
     GENERATION_FAILED = "generation_failed"
     TIMEOUT = "timeout"
+    # The judge's verdicts on a candidate that was not correct (`forge.outcome.Outcome` values; the report's
+    # `outcome` column holds the Outcome itself for every judged candidate).
     MISMATCH = Outcome.MISMATCH.value
     RUNTIME_ERROR = Outcome.RUNTIME_ERROR.value
+    COMPILE_ERROR = Outcome.COMPILE_ERROR.value
+    FORBIDDEN = Outcome.FORBIDDEN.value
+    CRASH = Outcome.CRASH.value
     HARNESS_ERROR = Outcome.HARNESS_ERROR.value
+
+
+# The judge's outcome behind each report status (None: a row that is not a judged candidate, e.g. the baseline).
+_OUTCOME_OF_STATUS = {
+    **{status: Outcome.OK for status in ("selected", "valid", "slower", "not significant",
+                                         "dropped (slower end to end)")},
+    **{status: Outcome(status) for status in ("mismatch", "runtime_error", "compile_error", "forbidden", "crash",
+                                               "harness_error", "timeout")},
+    "not_capturable": Outcome.RUNTIME_ERROR,
+}
 
 
 def _aborted(exc: BaseException) -> str:
@@ -174,6 +191,7 @@ class KernelOptimizer:
         generation_timeout: float | None = None,
         *,
         end_to_end_check: bool = True,
+        judge: Judge | None = None,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
         self.kernel_generators: list[KernelGenerator] = _as_list(
@@ -181,6 +199,7 @@ class KernelOptimizer:
         )
         self.kernel_profiler_factory = kernel_profiler_factory
         self.kernel_utils = kernel_utils if kernel_utils is not None else KernelUtils()
+        self.judge = judge if judge is not None else Judge(self.kernel_utils)
         self.provider_min_time_share_percent = _check_percent(
             "provider_min_time_share_percent", provider_min_time_share_percent
         )
@@ -455,20 +474,28 @@ class KernelOptimizer:
         return None
 
     def _evaluate(self, search: _FunctionSearch, provider: KernelProvider, source: str, description: str) -> None:
-        """Validate now; timing waits for `_select`, when no generator or sandbox child shares the device."""
+        """Judge now (`forge.judging.Judge`: a provider that carries code in the sandbox, any other in process);
+        timing waits for `_select`, when no generator or sandbox child shares the device."""
         name = search.name
+        target = FunctionTarget(name, tuple(search.unique_samples), reference=search.reference)
+        progress("%s: judging %s", name, provider.name)
         try:
-            progress("%s: validating %s", name, provider.name)
-            errors = self.kernel_utils.validate(search.reference, CandidateCall(provider), search.unique_samples)
-        except Exception as exc:  # validate contains the candidate: what escapes is the harness's failure
-            logger.warning("The harness failed validating %s (not the candidate's fault): %s", description, exc,
+            with candidate_code():  # a generated provider's attributes run its code
+                code = provider.candidate_code()
+            if code is not None:
+                verdict = self.judge.judge_source(code.source, target, code.language, benchmark=False)
+            else:
+                verdict = self.judge.judge_callable(provider, target)
+        except Exception as exc:  # the judge contains the candidate: what escapes is the harness's failure
+            logger.warning("The harness failed judging %s (not the candidate's fault): %s", description, exc,
                            exc_info=not isinstance(exc, HarnessError))
             self._row(name, provider.name, source, ReportStatus.HARNESS_ERROR, error=f"{type(exc).__name__}: {exc}")
             return
-        if errors:
-            logger.info("Validation failed for %s: %s", description, errors[:3])
-            status = ReportStatus(outcome_of_issues(errors).value)
-            self._row(name, provider.name, source, status, error="; ".join(map(str, errors[:3])))
+        if not verdict.ok:
+            errors = verdict.details.get("errors") or [verdict.message]
+            logger.info("%s was judged %s: %s", description, verdict.status.value, errors[:3])
+            self._row(name, provider.name, source, ReportStatus(verdict.status.value),
+                      error="; ".join(map(str, errors[:3])))
             return
         search.candidates.append(_Candidate(provider, source, description))
 
@@ -630,6 +657,7 @@ class KernelOptimizer:
                 "candidate": candidate,
                 "source": source,
                 "status": ReportStatus(status),
+                "outcome": _OUTCOME_OF_STATUS.get(ReportStatus(status)),
                 "latency_ms": result.median_ms if result is not None else None,
                 "spread": result.spread if result is not None else None,
                 "speedup": (baseline.median_ms / result.median_ms) if result is not None and baseline else None,

@@ -10,7 +10,6 @@ A generator produces providers asynchronously: `submit` returns a `Future[Kernel
 
 from __future__ import annotations
 
-import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -19,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from forge.execution import Execution
+from forge.judging.language import CandidateCode
 from forge.outcome import Outcome
 from forge.samples import Sample
 
 __all__ = [
-    "IsolatedStatus",
-    "IsolatedVerification",
     "KernelGenerationResult",
     "KernelGenerator",
     "KernelProvider",
@@ -64,30 +62,6 @@ def provider_type(type_name: str) -> type[KernelProvider] | None:
         _import_builtin_providers()
         target = _REGISTRY.get(type_name)
     return target
-
-
-class IsolatedStatus(enum.Enum):
-    """Outcome of `KernelProvider.verify_isolated`: the kernel ran isolated and passed, failed, ran out of time,
-    crashed, or was not run because the isolation could not be set up."""
-
-    PASSED = "passed"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-    REFUSED = "refused"
-
-
-@dataclass(frozen=True)
-class IsolatedVerification:
-    """What `verify_isolated` found; `errors` says why when not PASSED; `isolation` names the boundary used."""
-
-    status: IsolatedStatus
-    errors: tuple[str, ...] = ()
-    isolation: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.status is IsolatedStatus.PASSED
 
 
 class KernelProvider(ABC):
@@ -186,10 +160,10 @@ class KernelProvider(ABC):
     def load_runtime_dependencies(self) -> None:  # noqa: B027 - optional hook
         """Import or build whatever the provider needs at run time (called when a plan is applied)."""
 
-    def verify_isolated(self, samples: Sequence[Sample], timeout_s: float) -> IsolatedVerification | None:
-        """Validate on `samples` in an isolated process before the provider runs anywhere else (`kforge plan
-        verify` calls it first). None: this provider offers no isolated check (static providers: their code is
-        installed, not carried by the plan). Providers that carry code override it with a sandboxed run."""
+    def candidate_code(self) -> CandidateCode | None:
+        """The source this provider carries and its language, for the judge to run in its sandbox before the
+        provider runs anywhere else (`kforge plan verify`, `make_plan`). None: the provider's code is installed, not
+        carried (static providers). A provider that `carries_code` must return it."""
         return None
 
     # -- hooks for subclasses -----------------------------------------------------------------------------

@@ -13,19 +13,21 @@ dies (a segfault, an abort, OOM) as `CRASHED` with its exit status, and the rema
 The child imports the modules that define the plan's provider types (as the parent loaded them) before loading the
 plan, so plans of user-defined providers verify as they do in process.
 
-A provider that carries code (a generated kernel) is first validated isolated, through its
-`KernelProvider.verify_isolated` hook (`GeneratedKernelProvider` runs it in the sandbox, `agent.sandbox`; forge
-imports nothing from the agent): only a kernel that passes there is then checked in the verifying child, which
-imports it with this machine's environment. A kernel that fails, hangs or cannot be sandboxed is reported from the
-sandbox run and never imported outside it. The sandboxed run gets `timeout_s + sandbox_startup_s` (its child starts
+A provider that carries code (a generated kernel) is first judged by the judge (`forge.judging.Judge.judge_source`
+on its `KernelProvider.candidate_code()`: screened, run in the sandbox, the verdict in this process): only a kernel
+that passes there is then checked in the verifying child, which imports it with this machine's environment. A
+kernel that fails, hangs or cannot be sandboxed is reported from the judge's verdict and never imported outside
+the sandbox. The sandboxed run gets `timeout_s + sandbox_startup_s` of the candidate's time (its child starts
 Python and imports torch inside the boundary: a whole sandboxed validation of a silu kernel took 4.9-9.3 s on the
 shared 2-core CPU machine; 30 s leaves room for CUDA initialisation).
+
+Every entry's outcome is a `forge.outcome.Outcome` (`ok`, `mismatch`, `runtime_error`, `timeout`, `crash`,
+`harness_error` where the harness, not the kernel, failed or could not sandbox it), the judge's vocabulary.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import importlib
 import logging
 import multiprocessing
@@ -36,21 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from forge.provider import IsolatedStatus, IsolatedVerification
+from forge.outcome import Outcome, outcome_of_issues
 
-__all__ = ["KernelVerification", "VerifySettings", "VerifyStatus", "verify_plan_file", "DEFAULT_VERIFY_TIMEOUT_S"]
+__all__ = ["KernelVerification", "VerifySettings", "verify_plan_file", "DEFAULT_VERIFY_TIMEOUT_S"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_VERIFY_TIMEOUT_S = 300.0
-
-
-class VerifyStatus(enum.Enum):
-    PASSED = "ok"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    CRASHED = "CRASHED"
-    REFUSED = "REFUSED"  # not run: the isolation it needs could not be set up
 
 
 @dataclass(frozen=True)
@@ -74,17 +68,17 @@ class VerifySettings:
 
 @dataclass(frozen=True)
 class KernelVerification:
-    """The outcome for one plan entry: `errors` holds the validation errors (FAILED) or why it did not finish."""
+    """The outcome for one plan entry: `errors` holds the validation errors or why it did not finish."""
 
     index: int
     function: str
-    status: VerifyStatus
+    status: Outcome
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.status is VerifyStatus.PASSED
+        return self.status is Outcome.OK
 
 
 def verify_plan_file(path: str | os.PathLike, settings: VerifySettings | None = None) -> list[KernelVerification]:
@@ -106,40 +100,40 @@ def verify_plan_file(path: str | os.PathLike, settings: VerifySettings | None = 
     return results
 
 
-_FROM_ISOLATED = {
-    IsolatedStatus.FAILED: VerifyStatus.FAILED,
-    IsolatedStatus.TIMEOUT: VerifyStatus.TIMEOUT,
-    IsolatedStatus.CRASHED: VerifyStatus.CRASHED,
-    IsolatedStatus.REFUSED: VerifyStatus.REFUSED,
-}
-
-
 def _verify_isolated(index: int, entry: Any, settings: VerifySettings) -> KernelVerification | None:
-    """The entry's isolated check when it fails (the result to report), else None (go on to the child).
+    """The judge's verdict on an entry that carries code, when it is not `ok` (the result to report), else None (go
+    on to the child). A provider that carries code but hands the judge none is refused: it is never imported
+    unsandboxed."""
+    from forge.judging import FunctionTarget, Judge, JudgeOptions
+    from forge.sandbox import SandboxOptions, SandboxUnavailableError
 
-    A provider that carries code but offers no isolated check is refused: it is never imported unsandboxed."""
     provider = entry.provider
     start = time.monotonic()
-    timeout = settings.timeout_s + settings.sandbox_startup_s
-    try:
-        outcome = provider.verify_isolated(entry.signatures, timeout)
-    except Exception as exc:  # noqa: BLE001 - a broken hook is this kernel's outcome
-        outcome = IsolatedVerification(IsolatedStatus.CRASHED, (f"isolated check raised {type(exc).__name__}: "
-                                                                f"{exc}",))
-    seconds = time.monotonic() - start
-    if outcome is None:
+    code = provider.candidate_code()
+    if code is None:
         if type(provider).carries_code:
-            return KernelVerification(index, entry.function, VerifyStatus.REFUSED, (
-                f"{provider.name} carries code but offers no isolated check; it was not run",), seconds)
+            return KernelVerification(index, entry.function, Outcome.HARNESS_ERROR, (
+                f"{provider.name} carries code but gives the judge none to sandbox; it was not run",), 0.0)
         return None
-    if outcome.passed:
-        logger.info("%s passed in the sandbox (%s) in %.1f s", entry.function, outcome.isolation, seconds)
+    options = JudgeOptions(SandboxOptions(timeout_s=settings.timeout_s + settings.sandbox_startup_s), benchmark=False)
+    judge = Judge(options=options)
+    try:
+        verdict = judge.judge_source(code.source, FunctionTarget(entry.function, tuple(entry.signatures)),
+                                     code.language)
+    except SandboxUnavailableError as exc:
+        return KernelVerification(index, entry.function, Outcome.HARNESS_ERROR, (
+            f"the sandbox cannot be set up here, so the kernel was not run: {exc}",), time.monotonic() - start)
+    finally:
+        judge.close()
+    seconds = time.monotonic() - start
+    if verdict.ok:
+        logger.info("%s passed in the sandbox (%s) in %.1f s", entry.function, verdict.isolation, seconds)
         return None
-    errors = outcome.errors
-    if outcome.status is IsolatedStatus.TIMEOUT:
+    errors = tuple(str(e) for e in verdict.details.get("errors") or ()) or (verdict.message,)
+    if verdict.status is Outcome.TIMEOUT:
         errors = (f"not done within {settings.timeout_s:g} s (+{settings.sandbox_startup_s:g} s sandbox start-up); "
                   "the kernel was stopped",)
-    return KernelVerification(index, entry.function, _FROM_ISOLATED[outcome.status], errors, seconds)
+    return KernelVerification(index, entry.function, verdict.status, errors, seconds)
 
 
 def _verify_entry(path: Path, index: int, function: str, modules: list[str], settings: VerifySettings,
@@ -159,13 +153,13 @@ def _verify_entry(path: Path, index: int, function: str, modules: list[str], set
         receiver.close()
     seconds = time.monotonic() - start
     if outcome is None:
-        return KernelVerification(index, function, VerifyStatus.TIMEOUT,
+        return KernelVerification(index, function, Outcome.TIMEOUT,
                                   (f"not done within {settings.timeout_s:g} s; the kernel was stopped",), seconds)
     kind, payload = outcome
     if kind == "errors":
-        status = VerifyStatus.FAILED if payload else VerifyStatus.PASSED
-        return KernelVerification(index, function, status, tuple(payload), seconds)
-    return KernelVerification(index, function, VerifyStatus.CRASHED, (str(payload),), seconds)
+        status = outcome_of_issues(payload)
+        return KernelVerification(index, function, status, tuple(str(e) for e in payload), seconds)
+    return KernelVerification(index, function, Outcome.CRASH, (str(payload),), seconds)
 
 
 def _wait(process: Any, receiver: Any, settings: VerifySettings) -> tuple[str, Any] | None:
@@ -233,7 +227,7 @@ def _child(path: str, index: int, modules: list[str], trust_unsigned: bool,
         entry = plan.entries[index]
         sender.send(("loaded", None))
         errors = KernelOptimizationPlan(entries=(entry,), environment=plan.environment).verify()[entry.function]
-        sender.send(("errors", [str(e) for e in errors]))
+        sender.send(("errors", list(errors)))  # ValidationIssues pickle with their kind
     except BaseException as exc:  # noqa: BLE001 - any failure is the outcome reported for this kernel
         sender.send(("crash", f"{type(exc).__name__}: {exc}"))
     finally:

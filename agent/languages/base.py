@@ -80,19 +80,26 @@ class KernelLanguage(ABC):
     def device_types(self) -> tuple[str, ...]:
         """torch device types this language's kernels run on (e.g. `("cuda", "cpu")`)."""
 
-    def load(self, path: str | Path, module_name: str) -> Callable:
-        """Import the source file at `path` as module `module_name` and return its entry callable.
+    def screen_module(self, source: str) -> list[Violation]:
+        """Static checks of a `ModelNew` file (a module problem); languages that cannot write modules refuse it."""
+        return [Violation("ModelNew", 0, f"{self.title} cannot write whole modules (ModelNew files); module problems "
+                          "are written in Triton", "structure")]
+
+    def load(self, path: str | Path, module_name: str, entry_point: str | None = None) -> Callable:
+        """Import the source file at `path` as module `module_name` and return its entry callable (`entry_point`,
+        default the language's; `"ModelNew"` for a module problem, whose class is returned).
 
         Raises whatever the import raises, or `AttributeError`/`TypeError` with a clear message when the entry point
         is missing or not callable. The module is registered in `sys.modules` (Triton and dataclasses need it).
         """
         path = Path(path)
+        entry_point = entry_point or self.entry_point
         module = import_source_file(path, module_name)
-        entry = getattr(module, self.entry_point, None)
+        entry = getattr(module, entry_point, None)
         if entry is None:
-            raise AttributeError(f"kernel source {path.name} defines no `{self.entry_point}`")
+            raise AttributeError(f"kernel source {path.name} defines no `{entry_point}`")
         if not callable(entry):
-            raise TypeError(f"`{self.entry_point}` in {path.name} is a {type(entry).__name__}, not a function")
+            raise TypeError(f"`{entry_point}` in {path.name} is a {type(entry).__name__}, not callable")
         return entry
 
     def launch_monitor(self) -> LaunchMonitor | None:
@@ -102,15 +109,16 @@ class KernelLanguage(ABC):
         `launch_issues(records)`."""
         return None
 
-    def child_environment(self, device_type: str) -> dict[str, str]:
-        """Extra environment variables for a sandbox child running kernels on `device_type`."""
+    def child_environment(self, device_type: str, scratch: Path) -> dict[str, str]:
+        """Extra environment variables for a sandbox child running kernels on `device_type`; `scratch` is the
+        child's private writable folder (its compiled kernels go there, and die with it)."""
         return {}
 
-    def sandbox_cache_dir(self) -> Path | None:
-        """Where this language's sandbox children keep compiled kernels between runs (a folder under
-        `agent.sandbox.isolation.sandbox_cache_dir()`, never a cache the parent loads from); the runner makes it
-        writable inside the sandbox boundary. None: the language keeps no such cache."""
-        return None
+    def shared_caches(self) -> list[Path]:
+        """Folders this process fills for sandbox children and they only read (under
+        `forge.sandbox.isolation.sandbox_cache_dir()`, content-addressed; never a cache the parent loads code from):
+        CUDA's prebuilt binaries. Default: none."""
+        return []
 
     def candidate_build_pool(self) -> CandidateBuilds | None:
         """A pool that compiles candidates on CPU threads into the cache sandbox children load from, or None when

@@ -30,7 +30,8 @@ from agent.screening.python_ast import PythonRules, analyse_python
 from agent.screening.violation import Violation
 from forge.checking.launch_check import LaunchMonitor
 
-__all__ = ["MODULE_RULES", "TRITON_ALLOWED", "TritonLanguage", "module_torch_allowed", "triton_reference_problem"]
+__all__ = ["MODULE_RULES", "TRITON_ALLOWED", "TritonLanguage", "module_host_attributes", "module_torch_allowed",
+           "triton_function_internals", "triton_reference_problem"]
 
 TRITON_ALLOWED: frozenset[str] = frozenset(
     {
@@ -88,12 +89,76 @@ def triton_device_attributes() -> frozenset[str]:
     return frozenset(names - _DEVICE_ATTRIBUTES_DENIED)
 
 
+def _triton_kernel_classes() -> list[type]:
+    """The classes of the Triton objects host code can hold without an internal name: a kernel of the file (the JIT
+    function and its bases, the autotuner and heuristics wrappers, the interpreter's function), what `kernel[grid]`
+    gives under `TRITON_INTERPRET=1` (the grid executor), what a launch returns (the compiled kernel), and the
+    harness's cached launcher that replaces `run` (`agent.languages.triton_launch`). Objects reached only through one
+    of their internal names (`kernel.params`, `compiled.asm`, `kernel.rewrite()`) need no entry. Looked up by name,
+    so a Triton version without one just skips it."""
+    import importlib
+
+    from agent.languages import triton_launch
+
+    wanted = {
+        "triton.runtime.jit": ("JITFunction", "JITCallable", "KernelInterface"),
+        "triton.runtime.autotuner": ("Autotuner", "Heuristics"),
+        "triton.runtime.interpreter": ("InterpretedFunction", "GridExecutor"),
+        "triton.compiler.compiler": ("CompiledKernel",),
+    }
+    classes: list[type] = [triton_launch.CachedLauncher]
+    for module_name, names in wanted.items():
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 - a Triton without this module has none of these classes
+            continue
+        classes.extend(c for c in (getattr(module, n, None) for n in names) if isinstance(c, type))
+    return classes
+
+
+# Attributes of those objects that hold only what the file gave or plain data, left readable because honest helper
+# classes use the names: `GridExecutor.grid` is the grid the file passed to `kernel[grid]`; `CompiledKernel.kernel` is
+# the compiled binary's bytes (`JITFunction.kernel` is None).
+_HARMLESS_KERNEL_ATTRIBUTES = frozenset({"grid", "kernel"})
+
+
+@functools.cache
+def triton_function_internals() -> frozenset[str]:
+    """Every attribute of the Triton objects host code can hold (`_triton_kernel_classes`: class attributes and the
+    instance attributes their methods set, `policy.class_attribute_names`), e.g. `fn`, `src`, `get_capture_scope`,
+    `used_global_vals`, `device_caches`, `run`, `configs`, `asm`: the names the file's own classes and the torch.nn
+    layer names may not add to host code's attributes (a file defining `self.get_capture_scope = 1` must not make
+    `kernel.get_capture_scope()` readable). Derived from the installed Triton, so it follows Triton versions; less
+    `_HARMLESS_KERNEL_ATTRIBUTES`."""
+    return policy.class_attribute_names(_triton_kernel_classes()) - _HARMLESS_KERNEL_ATTRIBUTES
+
+
+@functools.cache
+def module_host_attributes() -> frozenset[str]:
+    """What module problems' host code may read on values screening cannot type, beyond `policy.HOST_ATTRIBUTES`:
+    the torch.nn layers' parameter, buffer and setting names (`policy.module_attributes()`, derived from the live
+    torch: `weight`, `bias`, `kernel_size`, `padding`, `num_groups`, `running_mean`, `normalized_shape`, ...), less
+    every Triton kernel attribute (`triton_function_internals()`). So `conv = self.conv; conv.weight` and a helper
+    taking the layer (`def _params(gn): return gn.num_groups, gn.eps`) pass; on a Triton kernel, function or frame
+    these names do not exist."""
+    return policy.module_attributes() - triton_function_internals()
+
+
+@functools.cache
+def module_function_internals() -> frozenset[str]:
+    """For module problems, Triton's kernel attributes plus the methods of nn.Module (`policy.module_methods()`): the
+    file's own method names (`forward`, ...) must not open `train`, `apply` or `set_submodule` on a layer class
+    reached as a value, where they come unbound."""
+    return triton_function_internals() | policy.module_methods()
+
+
 TRITON_RULES = PythonRules(
     extra_import_roots=frozenset({"triton"}),
     reference_rules={"triton": triton_reference_problem},
     namespaces=_TRITON_NAMESPACES,
     device_decorators=frozenset({"triton.jit"}),
     device_attributes=triton_device_attributes,
+    function_internals=triton_function_internals,
 )
 
 
@@ -123,6 +188,8 @@ MODULE_RULES = PythonRules(
     device_decorators=TRITON_RULES.device_decorators,
     device_attributes=TRITON_RULES.device_attributes,
     torch_allowed=module_torch_allowed,
+    host_attributes=module_host_attributes,
+    function_internals=module_function_internals,
 )
 
 
@@ -166,14 +233,14 @@ class TritonLanguage(KernelLanguage):
                                         "a Triton kernel", "structure"))
         return violations
 
-    def load(self, path: str | Path, module_name: str) -> Callable:
+    def load(self, path: str | Path, module_name: str, entry_point: str | None = None) -> Callable:
         """Import as the base class does, then give the module's `@triton.jit` kernels cached launchers
         (`agent.languages.triton_launch`: a repeated launch skips the JIT's argument binding; off when
         `$KFORGE_TRITON_LAUNCH_CACHE=0`). On the interpreter, autotuners run their first config (installed before
         the import; `agent.languages.triton_hooks`)."""
         if interpreting():
             install_interpreter_autotune()
-        entry = super().load(path, module_name)
+        entry = super().load(path, module_name, entry_point)
         if launch_cache_enabled():
             install_cached_launchers(sys.modules[module_name])
         return entry
@@ -207,14 +274,10 @@ class TritonLanguage(KernelLanguage):
         """CUDA (also ROCm builds of torch) and, through the Triton interpreter, CPU."""
         return ("cuda", "cpu")
 
-    def child_environment(self, device_type: str) -> dict[str, str]:
+    def child_environment(self, device_type: str, scratch: Path) -> dict[str, str]:
+        """The interpreter on CPU; the Triton cache is the child's own (`TRITON_CACHE_DIR` in its scratch, set for
+        every child by `forge.sandbox.environment`)."""
         return {"TRITON_INTERPRET": "1"} if device_type == "cpu" else {}
-
-    def sandbox_cache_dir(self) -> Path:
-        """The children's own Triton cache (`TRITON_CACHE_DIR` of every sandbox child, `agent.sandbox.environment`)."""
-        from agent.sandbox.isolation import sandbox_cache_dir
-
-        return sandbox_cache_dir() / "triton"
 
     def classify_exception(self, exc: BaseException) -> ExceptionClass:
         seen: set[int] = set()

@@ -9,22 +9,33 @@ from agent.llm.errors import (
     RETRYABLE_KINDS,
     LLMEmptyReplyError,
     LLMError,
+    LLMInterruptedError,
     LLMMalformedReplyError,
     LLMReplyError,
 )
 from agent.llm.retry import classify_exception, parse_retry_after
-from agent.llm.usage import TokenUsage, UsageMeter, UsageRecord, estimate_cost_usd, estimate_usage
+from agent.llm.usage import (
+    AttemptOutcome,
+    TokenUsage,
+    UsageMeter,
+    UsageRecord,
+    estimate_cost_usd,
+    estimate_interrupted_usage,
+    estimate_usage,
+)
 
 __all__ = [
     "CASSETTE_MODES",
     "LLM_ERROR_KINDS",
     "RETRYABLE_KINDS",
+    "AttemptOutcome",
     "Cassette",
     "CassetteEntry",
     "LLMClient",
     "LLMConfig",
     "LLMEmptyReplyError",
     "LLMError",
+    "LLMInterruptedError",
     "LLMMalformedReplyError",
     "LLMReply",
     "LLMReplyError",
@@ -34,6 +45,7 @@ __all__ = [
     "canonical_request",
     "classify_exception",
     "estimate_cost_usd",
+    "estimate_interrupted_usage",
     "estimate_usage",
     "last_user_text",
     "parse_retry_after",

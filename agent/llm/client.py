@@ -11,6 +11,14 @@ the SDK, so a 200 reply that is not JSON or has no choices becomes `LLMMalformed
 without `usage` is metered with an estimate from its text (`agent.llm.usage.estimate_usage`), flagged
 `usage_estimated`, so a cost budget still stops the run.
 
+Every attempt is metered, failed ones included (`UsageRecord.outcome`; the rules are in `agent.llm.usage`). What an
+attempt got to is observed, not guessed from error text: the HTTP client's trace hook says whether the request body
+was written, and the request thread notes the 2xx status and every chunk of the body as it arrives. An attempt
+whose request was written and whose reply did not arrive in full (deadline, read timeout, dropped connection,
+cancel, gateway timeout) is "interrupted" and charged an estimate; it raises `LLMInterruptedError`, which carries
+that estimate (a gateway's 504 stays the SDK's status error, so its Retry-After is honoured). A request never
+written (connection refused) is "unsent" and an HTTP error status "rejected": neither charged, both recorded.
+
 A reply that stopped on the token limit (`finish_reason == "length"`) is returned, not raised: `reply.truncated`
 is True and the caller decides (retry with a larger `max_completion_tokens`, ask for a shorter answer, or call
 `reply.require_complete()` to turn it into `LLMError(kind="truncated")`). Truncated text must never be treated as
@@ -39,15 +47,34 @@ import tenacity
 
 from agent.llm.cassette import Cassette, canonical_request
 from agent.llm.config import LLMConfig
-from agent.llm.errors import LLMEmptyReplyError, LLMError, LLMMalformedReplyError, LLMReplyError
-from agent.llm.retry import RetryWait, is_retryable, to_llm_error
-from agent.llm.usage import TokenUsage, UsageMeter, estimate_tokens, estimate_usage, usage_is_reported
+from agent.llm.errors import (
+    LLMEmptyReplyError,
+    LLMError,
+    LLMInterruptedError,
+    LLMMalformedReplyError,
+    LLMReplyError,
+)
+from agent.llm.retry import ErrorClass, RetryWait, classify_exception, is_retryable, to_llm_error
+from agent.llm.usage import (
+    AttemptOutcome,
+    CompletionEstimate,
+    TokenUsage,
+    UsageMeter,
+    estimate_interrupted_usage,
+    estimate_tokens,
+    estimate_usage,
+    usage_is_reported,
+)
 
 __all__ = ["LLMClient", "LLMReply"]
 
 logger = logging.getLogger(__name__)
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+# A gateway (load balancer, CDN, proxy) answering these gave up waiting for an upstream that was still working on
+# the request, so tokens may have been generated and billed: metered as interrupted, not rejected.
+GATEWAY_TIMEOUT_STATUSES = frozenset({504, 524})
 
 
 @dataclass(frozen=True)
@@ -134,6 +161,8 @@ class LLMClient:
                     api_key=self.config.api_key or "unused",
                     max_retries=0,
                     timeout=self.config.request_timeout_s,
+                    # the SDK's defaults, plus a hook that traces each request for the meter (was it written?)
+                    http_client=openai.DefaultHttpxClient(event_hooks={"request": [_trace_attempt]}),
                 )
             return self._sdk
 
@@ -274,7 +303,14 @@ class LLMClient:
         if body:
             kwargs["extra_body"] = body
         started = time.monotonic()
-        raw, status = self._fetch_within_deadline(sdk, kwargs)
+        progress = _Progress()
+        try:
+            raw, status = self._fetch_within_deadline(sdk, kwargs, progress)
+        except Exception as exc:
+            failure = self._meter_failed_attempt(exc, progress.snapshot(), request, tag, time.monotonic() - started)
+            if failure is exc:
+                raise
+            raise failure from exc
         try:
             return _response_from_body(raw, request["messages"], status)
         except LLMReplyError as exc:
@@ -283,24 +319,55 @@ class LLMClient:
                               error=exc.kind)
             raise
 
-    def _fetch_within_deadline(self, sdk: openai.OpenAI, kwargs: dict[str, Any]) -> tuple[bytes, int]:
+    def _meter_failed_attempt(self, exc: Exception, state: _AttemptState, request: Mapping[str, Any], tag: str,
+                              latency_s: float) -> Exception:
+        """Record an attempt that raised `exc` (see `agent.llm.usage` for what each outcome is charged) and return
+        the exception to raise: an `LLMInterruptedError` carrying the estimate for an interrupted attempt, else
+        `exc` itself (SDK errors keep their response, whose Retry-After the retry wait reads)."""
+        outcome = _failure_outcome(exc, state)
+        if outcome is None:  # the request thread never started: no attempt was made
+            return exc
+        failed = classify_exception(exc)  # kind and status, as the retry policy sees them
+        usage, estimated, basis = TokenUsage(), False, None
+        if outcome == "interrupted":
+            usage, estimated, basis = _interrupted_usage(request, state.body)
+        elif outcome == "rejected":
+            usage = _error_body_usage(exc) or TokenUsage()
+        self.usage.record(tag=tag, model=self.config.model, usage=usage, from_cassette=False, latency_s=latency_s,
+                          usage_estimated=estimated, error=failed.kind, outcome=outcome, completion_estimate=basis)
+        if outcome != "interrupted" or isinstance(exc, openai.APIStatusError):
+            return exc
+        return _interrupted_error(exc, failed, usage, estimated, basis, len(state.body))
+
+    def _fetch_within_deadline(self, sdk: openai.OpenAI, kwargs: dict[str, Any],
+                               progress: _Progress) -> tuple[bytes, int]:
         """The raw body and status of a 2xx reply, read in full before `request_timeout_s` has passed.
 
-        Error statuses raise the SDK's `APIStatusError`s (classified by `agent.llm.retry`). The request runs on a
-        daemon thread that the caller stops waiting for at the deadline or on `cancel()`; the thread itself stops
-        reading at the first chunk after the deadline (or on httpx's per-read timeout) and closes the response.
+        Error statuses raise the SDK's `APIStatusError`s (classified by `agent.llm.retry`); a connection dropped
+        mid-body raises `LLMError("connection")`. The request runs on a daemon thread that the caller stops waiting
+        for at the deadline or on `cancel()`; the thread itself stops reading at the first chunk after the deadline
+        (or on httpx's per-read timeout) and closes the response. `progress` follows what the attempt got to.
         """
         timeout_s = self.config.request_timeout_s
         deadline = time.monotonic() + timeout_s
 
         def fetch() -> tuple[bytes, int]:
+            _ATTEMPT.progress = progress
+            progress.begin()
             with sdk.chat.completions.with_streaming_response.create(**kwargs) as response:
-                chunks: list[bytes] = []
-                for chunk in response.iter_bytes():
-                    chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise _deadline_error(timeout_s, sum(map(len, chunks)))
-                return b"".join(chunks), response.status_code
+                progress.respond(response.status_code)
+                try:
+                    for chunk in response.iter_bytes():
+                        progress.receive(chunk)
+                        if time.monotonic() > deadline:
+                            raise _deadline_error(timeout_s, len(progress.snapshot().body))
+                except LLMError:
+                    raise
+                except Exception as exc:  # the HTTP library's transport error: the body was cut off
+                    raise LLMError(kind="connection", message=(
+                        f"the connection dropped after {len(progress.snapshot().body)} bytes of the reply "
+                        f"({type(exc).__name__}: {exc}); check the server or the proxy in front of it")) from exc
+                return progress.snapshot().body, response.status_code
 
         return self._run_abandonable(fetch, deadline, timeout_s)
 
@@ -339,6 +406,126 @@ class LLMClient:
         if not finished:
             raise _deadline_error(timeout_s, None)
         raise self._cancelled_error()
+
+
+_ATTEMPT = threading.local()  # the `_Progress` of the attempt running on this request thread
+
+
+@dataclass(frozen=True)
+class _AttemptState:
+    """What one attempt had got to when it failed (a snapshot of `_Progress`).
+
+    `traced`: the HTTP client reported connection events; `sent`: it finished writing the request body;
+    `status`: the 2xx status whose body was being read (None before the headers); `body`: the bytes read."""
+
+    began: bool = False
+    traced: bool = False
+    sent: bool = False
+    status: int | None = None
+    body: bytes = b""
+
+    @property
+    def may_have_reached_endpoint(self) -> bool:
+        """True unless the HTTP client's trace shows the request body was never written. Without any trace event
+        (a transport that does not report them) the request may have gone out: counted as reached."""
+        return self.sent or self.status is not None or (self.began and not self.traced)
+
+
+class _Progress:
+    """Progress of one attempt, written by its request thread and read by the caller when the attempt fails."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._began = self._traced = self._sent = False
+        self._status: int | None = None
+        self._chunks: list[bytes] = []
+
+    def begin(self) -> None:
+        with self._lock:
+            self._began = True
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        """httpcore's `trace` extension callback: "<http11|http2>.send_request_body.complete" once the request
+        body is written (the endpoint can then process it)."""
+        with self._lock:
+            self._traced = True
+            if event.endswith("send_request_body.complete"):
+                self._sent = True
+
+    def respond(self, status: int) -> None:
+        with self._lock:
+            self._status = status
+
+    def receive(self, chunk: bytes) -> None:
+        with self._lock:
+            self._chunks.append(chunk)
+
+    def snapshot(self) -> _AttemptState:
+        with self._lock:
+            return _AttemptState(began=self._began, traced=self._traced, sent=self._sent, status=self._status,
+                                 body=b"".join(self._chunks))
+
+
+def _trace_attempt(request: Any) -> None:
+    """httpx `request` event hook: trace the request on behalf of the attempt running on this thread."""
+    progress = getattr(_ATTEMPT, "progress", None)
+    if progress is not None:
+        request.extensions["trace"] = progress.trace
+
+
+def _failure_outcome(exc: BaseException, state: _AttemptState) -> AttemptOutcome | None:
+    """How a failed attempt is metered; None when its request thread never started."""
+    if isinstance(exc, openai.APIStatusError):
+        return "interrupted" if exc.status_code in GATEWAY_TIMEOUT_STATUSES else "rejected"
+    if not state.began:
+        return None
+    return "interrupted" if state.may_have_reached_endpoint else "unsent"
+
+
+_BASIS_NOTES: dict[CompletionEstimate | None, str] = {
+    "limit": "an upper bound: completion at the request's token limit",
+    "received": "a lower bound: completion from the bytes received, no token limit was sent",
+    None: "counts found in the cut-off body",
+}
+
+
+def _completion_limit(request: Mapping[str, Any]) -> int | None:
+    params = request["parameters"]
+    limit = params.get("max_completion_tokens")
+    return limit if limit is not None else params.get("max_tokens")
+
+
+def _interrupted_usage(request: Mapping[str, Any], body: bytes) -> tuple[TokenUsage, bool, CompletionEstimate | None]:
+    """Tokens to meter for an interrupted attempt, whether they are estimated, and the completion estimate's basis
+    (None when the cut-off body carried counts of its own)."""
+    reported = _reported_usage(_salvaged_usage(body)) if body else None
+    if reported is not None:
+        return reported, False, None
+    received = body.decode("utf-8", errors="replace") if body else None
+    usage, basis = estimate_interrupted_usage(request["messages"], received, _completion_limit(request))
+    return usage, True, basis
+
+
+def _interrupted_error(exc: BaseException, failed: ErrorClass, usage: TokenUsage, estimated: bool,
+                       basis: CompletionEstimate | None, received_bytes: int) -> LLMInterruptedError:
+    """The typed error of an interrupted attempt: `exc`'s message plus what was metered for it."""
+    if isinstance(exc, LLMError):
+        base = exc.message
+    elif failed.kind == "connection":  # not "could not be reached": the request had been written
+        base = (f"{type(exc).__name__}: the connection closed after the request was sent, before a complete "
+                "reply; check the server or the proxy in front of it")
+    else:
+        base = to_llm_error(exc).message
+    metered = (f"metered {'~' if estimated else ''}{usage.prompt_tokens} prompt + {usage.completion_tokens} "
+               f"completion tokens ({_BASIS_NOTES[basis]}); {received_bytes} bytes of the reply had arrived")
+    return LLMInterruptedError(failed.kind, f"{base} [{metered}]", failed.status, usage=usage,
+                               usage_estimated=estimated, received_bytes=received_bytes)
+
+
+def _error_body_usage(exc: BaseException) -> TokenUsage | None:
+    """The usage an HTTP error's JSON body reports, if any (OpenAI-compatible endpoints send none)."""
+    body = getattr(exc, "body", None)
+    return _reported_usage(body.get("usage")) if isinstance(body, Mapping) else None
 
 
 def _deadline_error(timeout_s: float, received: int | None) -> LLMError:

@@ -4,6 +4,11 @@ A 200 reply that cannot be used (a body that is not JSON, no `choices`, no messa
 (`LLMMalformedReplyError` / `LLMEmptyReplyError`) rather than whatever the JSON parser or the SDK happened to raise,
 so callers handle one exception type. It carries the tokens the reply reported (or an estimate, flagged), which the
 client has already metered: an endpoint that bills for replies it then mangles still counts against the budget.
+
+An attempt cut off after the request reached the endpoint (the deadline, a read timeout, a connection dropped
+mid-reply, `cancel()`) is an `LLMInterruptedError` of kind "timeout", "connection" or "cancelled": it carries the
+estimate the client metered for it and how many bytes of the reply had arrived, as attributes, so no caller needs
+to read the message to learn what was charged (see `agent.llm.usage`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ __all__ = [
     "LLMEmptyReplyError",
     "LLMError",
     "LLMErrorKind",
+    "LLMInterruptedError",
     "LLMMalformedReplyError",
     "LLMReplyError",
 ]
@@ -93,3 +99,27 @@ class LLMEmptyReplyError(LLMReplyError):
     """The reply is a chat completion with no choices (or a first choice with neither text nor a finish reason)."""
 
     reply_kind = "empty"
+
+
+class LLMInterruptedError(LLMError):
+    """An attempt the endpoint may have generated tokens for, cut off before a complete reply arrived.
+
+    `usage` is what the client metered for it (an estimate when `usage_estimated`; see
+    `agent.llm.usage.estimate_interrupted_usage`) and `received_bytes` how much of the reply body had arrived."""
+
+    def __init__(self, kind: LLMErrorKind | str, message: str, status: int | None = None, *,
+                 usage: TokenUsage | None = None, usage_estimated: bool = True, received_bytes: int = 0) -> None:
+        super().__init__(kind, message, status)
+        self.usage = usage
+        self.usage_estimated = usage_estimated
+        self.received_bytes = received_bytes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_interrupted, (self.kind, self.message, self.status, self.usage, self.usage_estimated,
+                                       self.received_bytes))
+
+
+def _rebuild_interrupted(kind: str, message: str, status: int | None, usage: TokenUsage | None,
+                         usage_estimated: bool, received_bytes: int) -> LLMInterruptedError:
+    return LLMInterruptedError(kind, message, status, usage=usage, usage_estimated=usage_estimated,
+                               received_bytes=received_bytes)

@@ -15,6 +15,30 @@ chat framing per message, OpenAI's published rule of thumb for English with BPE 
 run denser, so the estimate can be low by a few tens of percent: treat budgets on such endpoints as approximate).
 Estimated records carry `usage_estimated=True` and are counted in `summary()["estimated_calls"]` (usage.json).
 Replies that cannot be used (malformed, empty) are metered too, with `error` set to the `LLMError` kind.
+
+Every attempt is metered, retries included, failed ones too, with an `outcome` (`AttemptOutcome`) that says how
+its tokens were counted:
+
+- "reply" / "unusable": a complete 2xx body, with its reported tokens (or the estimate above);
+- "interrupted": the request reached the endpoint (or may have: the client cannot tell) and no complete reply came
+  back: the total deadline passed (a slow server, or one trickling bytes), the read timed out, the connection
+  dropped mid-reply, `cancel()` / `close()` abandoned it, or a gateway answered 504 / 524 (its upstream was still
+  working). The endpoint may have generated and billed tokens nobody saw, so the attempt is charged an estimate
+  (`estimate_interrupted_usage`): the prompt as above, and as completion the request's token limit
+  (`max_completion_tokens`, else `max_tokens`) when one was sent -- an upper bound, the endpoint cannot bill more
+  -- or, with no limit, the tokens of the bytes that arrived (JSON framing included) -- a lower bound, since what
+  the endpoint generated and never sent is unknowable; set KFORGE_LLM_MAX_COMPLETION_TOKENS to bound it.
+  `completion_estimate` says which ("limit" / "received"); counts that a cut-off body carried win over both;
+- "rejected": the endpoint answered an HTTP error status (400, 401, 404, 429, 500, 503...). OpenAI-compatible
+  endpoints bill no tokens for those (nothing was generated), so they cost 0 unless the error body reports usage;
+- "unsent": the request never reached the endpoint (connection refused, DNS or TLS failure: the request body was
+  not written), so nothing was processed or billed: 0 tokens.
+
+`summary()` (usage.json) counts them as `interrupted_calls` (of which `lower_bound_calls` had no limit),
+`rejected_calls` and `unsent_calls`, all within `calls` and `failed_calls`; interrupted estimates are in
+`estimated_calls` too. The budget counts interrupted estimates like any other spend, so a run of timed-out requests
+stops at the budget. A cassette holds only complete replies, so a replayed run does not see the interrupted
+attempts of the recorded one.
 """
 
 from __future__ import annotations
@@ -24,7 +48,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent.llm.errors import LLMError
 
@@ -34,12 +58,17 @@ if TYPE_CHECKING:
     from agent.llm.config import LLMConfig
 
 __all__ = [
-    "CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "TokenUsage", "UsageMeter", "UsageRecord", "estimate_cost_usd",
-    "estimate_tokens", "estimate_usage", "usage_is_reported",
+    "ATTEMPT_OUTCOMES", "CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS", "AttemptOutcome", "CompletionEstimate",
+    "TokenUsage", "UsageMeter", "UsageRecord", "estimate_cost_usd", "estimate_interrupted_usage", "estimate_tokens",
+    "estimate_usage", "usage_is_reported",
 ]
 
 CHARS_PER_TOKEN = 4  # OpenAI's rule of thumb for English text (see the module docstring)
 MESSAGE_OVERHEAD_TOKENS = 4  # role and separators of one chat message
+
+AttemptOutcome = Literal["reply", "unusable", "interrupted", "rejected", "unsent"]
+ATTEMPT_OUTCOMES: frozenset[str] = frozenset({"reply", "unusable", "interrupted", "rejected", "unsent"})
+CompletionEstimate = Literal["limit", "received"]  # how an interrupted attempt's completion tokens were estimated
 
 
 @dataclass(frozen=True)
@@ -134,6 +163,24 @@ def estimate_usage(messages: Sequence[Mapping[str, Any]], text: str | None, reas
                       total_tokens=prompt + completion)
 
 
+def estimate_interrupted_usage(
+    messages: Sequence[Mapping[str, Any]], received: str | None, completion_limit: int | None
+) -> tuple[TokenUsage, CompletionEstimate]:
+    """Estimated `TokenUsage` of an attempt cut off before a complete reply (see the module docstring).
+
+    Prompt: as `estimate_usage`. Completion: `completion_limit` (the request's max_completion_tokens / max_tokens)
+    when set, or more if the `received` text already estimates higher -- an upper bound, "limit"; else the tokens of
+    `received` (0 when nothing arrived) -- a lower bound, "received"."""
+    prompt = estimate_usage(messages, None).prompt_tokens
+    seen = estimate_tokens(received)
+    if completion_limit is not None:
+        completion, basis = max(completion_limit, seen), "limit"
+    else:
+        completion, basis = seen, "received"
+    usage = TokenUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    return usage, basis
+
+
 def usage_is_reported(data: Any) -> bool:
     """True when a reply's `usage` value holds real counts: a mapping with a positive prompt or completion count.
 
@@ -158,9 +205,11 @@ def estimate_cost_usd(
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One metered call (or one unusable attempt of a call: `error` is then the `LLMError` kind).
+    """One metered attempt of a call; `error` is the `LLMError` kind when it failed.
 
-    `usage_estimated` is True when the endpoint reported no usage and the tokens were estimated from the text."""
+    `usage_estimated` is True when the tokens were estimated rather than reported; `outcome` says what the attempt
+    got to and `completion_estimate` how an interrupted one's completion was estimated (see the module docstring).
+    """
 
     tag: str
     model: str | None
@@ -172,6 +221,8 @@ class UsageRecord:
     timestamp: float
     usage_estimated: bool = False
     error: str | None = None
+    outcome: AttemptOutcome = "reply"
+    completion_estimate: CompletionEstimate | None = None
 
 
 class UsageMeter:
@@ -244,8 +295,15 @@ class UsageMeter:
         finish_reason: str | None = None,
         usage_estimated: bool = False,
         error: str | None = None,
+        outcome: AttemptOutcome | None = None,
+        completion_estimate: CompletionEstimate | None = None,
     ) -> UsageRecord:
-        """Log one call and return its record (with the estimated cost)."""
+        """Log one attempt and return its record (with the estimated cost). `outcome` defaults to "reply", or
+        "unusable" when `error` is set."""
+        if outcome is None:
+            outcome = "reply" if error is None else "unusable"
+        if outcome not in ATTEMPT_OUTCOMES:
+            raise ValueError(f"unknown attempt outcome {outcome!r}; expected one of {sorted(ATTEMPT_OUTCOMES)}")
         rec = UsageRecord(
             tag=tag,
             model=model,
@@ -257,6 +315,8 @@ class UsageMeter:
             timestamp=time.time(),
             usage_estimated=usage_estimated,
             error=error,
+            outcome=outcome,
+            completion_estimate=completion_estimate,
         )
         with self._lock:
             self._records.append(rec)
@@ -272,7 +332,7 @@ class UsageMeter:
         return sum((r.usage for r in self.records), TokenUsage())
 
     def by_tag(self) -> dict[str, dict[str, Any]]:
-        """Per-tag sums: {tag: {calls, cassette_calls, prompt_tokens, ..., cost_usd, latency_s}}."""
+        """Per-tag sums: {tag: {calls, cassette_calls, ..., interrupted_calls, ..., cost_usd, latency_s}}."""
         groups: dict[str, list[UsageRecord]] = {}
         for rec in self.records:
             groups.setdefault(rec.tag, []).append(rec)
@@ -286,6 +346,10 @@ class UsageMeter:
             "truncated_calls": sum(1 for r in recs if r.finish_reason == "length"),
             "failed_calls": sum(1 for r in recs if r.error is not None),
             "estimated_calls": sum(1 for r in recs if r.usage_estimated),
+            "interrupted_calls": sum(1 for r in recs if r.outcome == "interrupted"),
+            "lower_bound_calls": sum(1 for r in recs if r.completion_estimate == "received"),
+            "rejected_calls": sum(1 for r in recs if r.outcome == "rejected"),
+            "unsent_calls": sum(1 for r in recs if r.outcome == "unsent"),
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "reasoning_tokens": usage.reasoning_tokens,
@@ -306,13 +370,14 @@ class UsageMeter:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per call: tag, model, tokens, cost_usd, from_cassette, latency_s, finish_reason, timestamp,
-        usage_estimated, error."""
+        """One row per attempt: tag, model, tokens, cost_usd, from_cassette, latency_s, finish_reason, timestamp,
+        usage_estimated, error, outcome, completion_estimate."""
         import pandas as pd
 
         columns = [
             "tag", "model", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd",
-            "from_cassette", "latency_s", "finish_reason", "timestamp", "usage_estimated", "error",
+            "from_cassette", "latency_s", "finish_reason", "timestamp", "usage_estimated", "error", "outcome",
+            "completion_estimate",
         ]
         rows = [
             {
@@ -326,6 +391,8 @@ class UsageMeter:
                 "timestamp": r.timestamp,
                 "usage_estimated": r.usage_estimated,
                 "error": r.error,
+                "outcome": r.outcome,
+                "completion_estimate": r.completion_estimate,
             }
             for r in self.records
         ]

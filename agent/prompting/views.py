@@ -114,22 +114,12 @@ class ViolationView:
         return f"{text} — {self.message}" if self.message else text
 
 
-_KIND_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("no_code", ("no_code", "nocode", "missing_code", "no_block", "empty_reply")),
-    ("truncated", ("truncat", "cut_off")),
-    ("forbidden", ("forbid", "violation", "screen", "reject", "banned", "disallow", "not_allowed")),
-    ("timeout", ("timeout", "timed_out", "time_out", "deadline")),
-    ("crash", ("crash", "signal", "killed", "segfault", "abort")),
-    ("compile", ("compile", "syntax", "import", "load")),
-    ("mismatch", ("mismatch", "incorrect", "wrong", "validat", "numeric", "accuracy", "not_close", "shape", "dtype")),
-    ("runtime", ("runtime", "exception", "raise", "execution")),
-)
-
-# The sandbox's statuses (`forge.outcome.Outcome` values) map to kinds exactly; other statuses (free-form, from
-# callers outside the harness) go through the keywords above, then the details.
-_OUTCOME_KINDS: dict[str, str] = {
+# A failure's kind comes from its status, a `forge.outcome.Outcome` value (the judge's verdict), or one of the
+# generator's own reply statuses ("no_code", "truncated"); nothing is inferred from words in free text.
+_STATUS_KINDS: dict[str, str] = {
     "compile_error": "compile", "runtime_error": "runtime", "mismatch": "mismatch", "timeout": "timeout",
     "crash": "crash", "forbidden": "forbidden", "harness_error": "harness", "ok": "other",
+    "no_code": "no_code", "truncated": "truncated",
 }
 
 # The compile headline names the language's compiler (`KernelLanguage.title`; Triton's text is the one below).
@@ -158,27 +148,9 @@ _SIGNAL_HINTS = {
 }
 
 
-def _classify(status: str, failure: Failure) -> str:
-    if status in _OUTCOME_KINDS:
-        return _OUTCOME_KINDS[status]
-    lowered = status.lower().replace("-", "_").replace(" ", "_")
-    for kind, words in _KIND_KEYWORDS:
-        if any(w in lowered for w in words):
-            return kind
-    # A generic status ("failed", "error", ...): let the details decide.
-    if failure.violations:
-        return "forbidden"
-    if failure.signal is not None:
-        return "crash"
-    if failure.timeout_s is not None:
-        return "timeout"
-    if failure.compile_log:
-        return "compile"
-    if failure.mismatches or (failure.errors and not failure.exception):
-        return "mismatch"
-    if failure.exception or failure.traceback or "error" in lowered or "fail" in lowered:
-        return "runtime"
-    return "other"
+def _classify(status: str) -> str:
+    """The kind of a failure's status (see `_STATUS_KINDS`); "other" for a status outside the vocabulary."""
+    return _STATUS_KINDS.get(str(status), "other")
 
 
 def _signal_text(value: Any) -> str | None:
@@ -223,7 +195,7 @@ class Failure:
 
     def __post_init__(self) -> None:
         if not self.kind:
-            object.__setattr__(self, "kind", _classify(self.status, self))
+            object.__setattr__(self, "kind", _classify(self.status))
 
     @classmethod
     def of(cls, value: Any, previous_code: str | None = None) -> Failure:
@@ -233,8 +205,9 @@ class Failure:
         traceback (text, list of lines, or taken from the exception), errors (list[str]), mismatches (list of row
         mappings, see `worst_mismatches`; else built from `issues`, the oracle's `forge.outcome.ValidationIssue`s
         or their dicts, as the sandbox sends them), signal (number or name; signal_number), timeout_s, violations
-        (objects or dicts with construct, line, message), reply, stderr_tail (or the object's `stderr`). The sandbox's
-        `SandboxResult` (exception as {"type", "message", "traceback"}) is read as is. `previous_code` adds the
+        (objects or dicts with construct, line, message), reply, stderr_tail (or the object's `stderr`). The judge's
+        `forge.judging.Verdict` (exception as {"type", "message", "traceback"}) is read as is; its status (an
+        `Outcome`) decides the kind. `previous_code` adds the
         offending source line to each violation.
         """
         if isinstance(value, Failure) and previous_code is None:

@@ -6,12 +6,18 @@ scope, `InterpretedFunction.rewrite()`, names never imported and `str.format`). 
 
 * Names it binds itself (imports, definitions, assignments, parameters) and the builtins in `SAFE_BUILTINS`; any
   other name (`os` never imported, `type`, `object`, `format`, `vars`, the `getattr` family) is refused.
-* On values screening cannot type (tensors, dtypes, devices, containers...): the attributes in `HOST_ATTRIBUTES`
-  (host code) or the language's device attributes (e.g. Triton's tensor methods inside `@triton.jit` code); on
-  `self` in the file's own classes, any non-dunder attribute. Function internals (`get_capture_scope`, `rewrite`,
-  `fn`, `src`), formatting (`format`, `format_map`) and reflection are therefore refused.
-* Attribute assignment only on `self`; no string constant spelling a dunder (`d["__builtins__"]`, `"__glob" +
+* On values screening cannot type (tensors, dtypes, devices, containers...): in host code the attributes in
+  `HOST_ATTRIBUTES`, the public names the file's own classes define and, for module problems, the torch.nn layers'
+  parameter and setting names (`module_attributes()`), less every name in `function_internals()` and the language's
+  kernel-object attributes; in device code the language's device attributes (e.g. Triton's tensor methods inside
+  `@triton.jit` code). On `self` in a plain method of one of the file's own classes, any non-dunder attribute
+  (`self.x`, one level: what `self.x` holds is judged as a value). Function internals (`get_capture_scope`,
+  `rewrite`, `fn`, `src`), formatting (`format`, `format_map`) and reflection are therefore refused. See "The
+  file's own classes and torch.nn layers" below for why none of these opens a gadget.
+* Attribute assignment only as `self.x = ...`; no string constant spelling a dunder (`d["__builtins__"]`, `"__glob" +
   "als__"`).
+* The file's own classes only instantiated, subclassed, compared by identity, caught, raised, annotated with and
+  read for their constants and static methods; `type(x)` only compared; `super()` or `super(<this class>, self)`.
 * From allowed pure-Python modules, the helpers in `PLAIN_MODULE_ALLOWED` ("named math helpers").
 
 Within that, module references are judged as follows:
@@ -36,21 +42,28 @@ Within that, module references are judged as follows:
 
 from __future__ import annotations
 
+import ast
 import builtins
 import functools
 import importlib
 import inspect
 import types
+import typing
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 __all__ = [
+    "ALLOWED_CLASS_DECORATORS",
     "ALLOWED_IMPORT_ROOTS",
+    "ALLOWED_METHOD_DECORATORS",
     "BANNED_ATTRIBUTES",
     "BANNED_BUILTINS",
     "CALL_ONLY_METHODS",
+    "CLASS_HOOKS",
     "FRAME_ATTRIBUTES",
+    "FUNCTION_INTERNALS",
     "GETATTR_FAMILY",
     "HOST_ATTRIBUTES",
     "IMPORT_CATEGORIES",
@@ -60,10 +73,17 @@ __all__ = [
     "SAFE_DUNDER_STRINGS",
     "TENSOR_METHODS_ALLOWED",
     "TORCH_ALLOWED",
+    "TRUSTED_BASES",
+    "VALUE_BANNED_ATTRIBUTES",
+    "class_attribute_names",
     "forbidden_tensor_methods",
+    "function_internals",
     "import_problem",
+    "instance_attribute_names",
     "leaves_package",
     "lookup",
+    "module_attributes",
+    "module_methods",
     "plain_module_problem",
     "torch_reference_problem",
 ]
@@ -224,6 +244,14 @@ BANNED_ATTRIBUTES: dict[str, str] = {
     "record_stream": "CUDA stream API",
 }
 
+# Attributes refused on every value the screen cannot name, `self` chains included (which otherwise may read any
+# non-dunder attribute): `self.conv.compile()` is torch.compile on a module (nn.Module.compile). Names that resolve
+# (`torch.compile`) are judged as references instead.
+VALUE_BANNED_ATTRIBUTES: dict[str, str] = {
+    "compile": "PyTorch's compiler (nn.Module.compile runs torch.compile); kernels must be written in the kernel "
+               "language",
+}
+
 
 # Builtins a kernel file may name (pure helpers, containers, numbers, `type` for `type(x) is tuple`, exceptions);
 # attributes of what they return pass the attribute allow-list like any other value. Every other builtin (getattr,
@@ -245,7 +273,7 @@ GETATTR_FAMILY: frozenset[str] = frozenset({"getattr", "setattr", "delattr", "ha
 # object is refused (function internals such as `get_capture_scope`, `rewrite`, `fn`, `src`; `format`).
 HOST_ATTRIBUTES: frozenset[str] = frozenset(
     """shape dtype device ndim is_cuda is_cpu is_meta layout requires_grad itemsize nbytes T mT is_sparse
-    is_quantized is_leaf
+    is_quantized is_leaf data
     type index
     is_signed
     eps max min tiny bits resolution smallest_normal
@@ -414,3 +442,203 @@ def torch_reference_problem(qualname: str, function_name: str | None = None) -> 
     return (f"{qualname} is a PyTorch compute op or not on the allow-list of allocation and metadata helpers "
             "(torch.empty*, zeros*, ones*, full*, arange, tensor, dtypes, Size, device, finfo/iinfo, "
             "cuda.get_device_properties, ...)")
+
+
+# -- The file's own classes and torch.nn layers ---------------------------------------------------------------------
+#
+# Why these relaxations open no gadget. Screening lets a method read and write any non-dunder attribute of `self`
+# because `self` is then the file's own instance: whatever its attributes hold, the file put there through code the
+# screen judged. That holds only while a method cannot be called with another object as `self`, so everything that
+# hands a method (or the class, through which methods come unbound) to code of the file's choice is refused:
+# `Cls.method`, the class as a value (`c = Cls`, `f(Cls)`, `[Cls]`), `type(obj)` outside a comparison, `super(C, obj)`
+# with any other object than the method's own `self`, a method aliased in its class body (`get = update`,
+# `classmethod(update)`), method decorators other than `ALLOWED_METHOD_DECORATORS`, class decorators other than
+# `ALLOWED_CLASS_DECORATORS`, metaclasses and the hooks in `CLASS_HOOKS` (they receive the class or an owner).
+# Staticmethods and methods of classes whose bases are not in `TRUSTED_BASES` (e.g. a `str` subclass, whose `self`
+# has `format`) get no `self` privilege at all.
+#
+# Attribute names on values the screen cannot type: besides `HOST_ATTRIBUTES`, the names the file's own classes
+# define (class-body names, `self.x = ...` in their methods) and, for module problems, the parameter, buffer and
+# setting names of torch.nn layers (`module_attributes()`, derived from the live torch). Neither set may contain a
+# name in `function_internals()` (nor the language's own, e.g. Triton's JITFunction and autotuner attributes): such a
+# name read on a function, code object, frame, generator, Triton kernel or autotuner is refused as before, so what
+# the new names reach is a tensor, a layer's setting, or an attribute of the file's own object.
+
+# Names through which functions and kernel objects give up their globals, source or compiled code (beside every
+# non-dunder attribute of `_INTERNAL_TYPES`; the languages add their kernel objects'): never allowed on untyped values
+# through the own-class or torch.nn name sets.
+FUNCTION_INTERNALS: frozenset[str] = frozenset(
+    """fn src get_capture_scope rewrite format format_map cache used_global_vals module globals builtins code func
+    base_fn run warmup preload kernel_cache device_caches hash cache_key do_bench launch_metadata jit_fn mro
+    compile""".split()
+)
+
+_INTERNAL_TYPES: tuple[type, ...] = (
+    types.FunctionType, types.CodeType, types.FrameType, types.TracebackType, types.GeneratorType,
+    types.CoroutineType, types.AsyncGeneratorType, types.MethodType, types.BuiltinFunctionType,
+    types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
+    types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType, types.ModuleType,
+    types.CellType, types.MappingProxyType, type, property, staticmethod, classmethod, super, functools.partial,
+    functools.partialmethod, functools.cached_property, type(functools.lru_cache(maxsize=None)(len)),
+)
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+@functools.cache
+def function_internals() -> frozenset[str]:
+    """`FUNCTION_INTERNALS`, `FRAME_ATTRIBUTES`, `BANNED_ATTRIBUTES` and every non-dunder attribute of the
+    function-like Python types (`_INTERNAL_TYPES`: functions, code, frames, tracebacks, generators, coroutines,
+    methods, descriptors, modules, cells, `type`, property, partial, lru_cache wrappers...), read from the live
+    interpreter."""
+    names = set(FUNCTION_INTERNALS) | FRAME_ATTRIBUTES | set(BANNED_ATTRIBUTES) | set(VALUE_BANNED_ATTRIBUTES)
+    for kind in _INTERNAL_TYPES:
+        names.update(n for n in dir(kind) if not _dunder(n))
+    return frozenset(names)
+
+
+# Bases whose instances keep the `self` privilege in methods of the file's classes (beside the file's own trusted
+# classes, `object`, the builtin exceptions and, for module problems, the torch.nn layers the language allows).
+TRUSTED_BASES: frozenset[str] = frozenset(
+    {"abc.ABC", "typing.NamedTuple", "typing.Generic", "typing.Protocol", "enum.Enum", "enum.IntEnum", "enum.Flag",
+     "enum.IntFlag"}
+)
+# Class decorators that return the class they are given (without handing it to the file's code).
+ALLOWED_CLASS_DECORATORS: frozenset[str] = frozenset(
+    {"dataclasses.dataclass", "functools.total_ordering", "enum.unique", "typing.final", "typing.runtime_checkable"}
+)
+# Method decorators that keep the method bound to instances (`property` is a builtin name, judged apart).
+ALLOWED_METHOD_DECORATORS: frozenset[str] = frozenset(
+    {"functools.cached_property", "functools.lru_cache", "functools.cache", "torch.no_grad", "torch.inference_mode",
+     "torch.enable_grad", "abc.abstractmethod", "typing.final", "typing.overload", "typing.override"}
+)
+# Methods Python calls with the class (or an owner class, or a non-instance) instead of an instance: defining them
+# would hand the class, and through it the unbound methods, to the file's code.
+CLASS_HOOKS: frozenset[str] = frozenset(
+    {"__new__", "__init_subclass__", "__class_getitem__", "__set_name__", "__get__", "__set__", "__delete__",
+     "__mro_entries__", "__prepare__", "__instancecheck__", "__subclasscheck__", "__getattr__", "__getattribute__",
+     "__setattr__", "__delattr__", "__del__", "__reduce__", "__reduce_ex__", "_generate_next_value_", "_missing_"}
+)
+
+_REGISTERING_CALLS = frozenset({"register_buffer", "register_parameter", "register_module", "add_module",
+                                "__setattr__", "setattr"})
+
+
+@functools.cache
+def _source_tree(path: str) -> ast.Module | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _class_node(cls: type) -> ast.ClassDef | None:
+    """The `class` statement of `cls` in its source file (found by qualified name; None without a source)."""
+    try:
+        path = inspect.getsourcefile(cls)
+    except TypeError:
+        return None
+    tree = _source_tree(path) if path else None
+    if tree is None:
+        return None
+    body: list[ast.stmt] = tree.body
+    node: ast.ClassDef | None = None
+    for part in cls.__qualname__.split("."):
+        node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+def instance_attribute_names(cls: type) -> frozenset[str]:
+    """The attributes the methods of `cls` itself set on their first parameter: `self.x = ...`, `self.x: T = ...`,
+    and by a constant name `self.register_buffer("x", ...)` (also `register_parameter`, `register_module`,
+    `add_module`, `setattr(self, "x", ...)`, `super().__setattr__("x", ...)`). Read statically from the class's source
+    file with `ast`: nothing is instantiated and no code of the class runs."""
+    node = _class_node(cls)
+    if node is None:
+        return frozenset()
+    names: set[str] = set()
+    for method in node.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = [*method.args.posonlyargs, *method.args.args]
+        if not params:
+            continue
+        me = params[0].arg
+        for sub in ast.walk(method):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) and isinstance(sub.value, ast.Name) \
+                    and sub.value.id == me:
+                names.add(sub.attr)
+            elif isinstance(sub, ast.Call):
+                func, args = sub.func, sub.args
+                if isinstance(func, ast.Name) and func.id == "setattr" and len(args) >= 2:
+                    args = args[1:]
+                elif not (isinstance(func, ast.Attribute) and func.attr in _REGISTERING_CALLS):
+                    continue
+                if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
+                    names.add(args[0].value)
+    return frozenset(names)
+
+
+def class_attribute_names(classes: Iterable[type]) -> frozenset[str]:
+    """Every attribute name the classes (and their bases other than `object` and `typing.Generic`) define on the
+    class (`dir`) or set on instances (`instance_attribute_names`): what an object of one of them answers to."""
+    names: set[str] = set()
+    for cls in classes:
+        for klass in cls.__mro__:
+            if klass in (object, typing.Generic):
+                continue
+            names.update(dir(klass))
+            names.update(instance_attribute_names(klass))
+    return frozenset(n for n in names if not _dunder(n))
+
+
+@functools.cache
+def module_attributes() -> frozenset[str]:
+    """Parameter, buffer and setting names of the torch.nn layers, derived from the live torch: for every public
+    class of `torch.nn.modules` (its `__all__`) and every nn.Module class in its MRO, the names in `__constants__`,
+    the class's own annotations, the parameters of `__init__`, and the attributes its methods set or register on
+    `self` (`instance_attribute_names`: `weight`, `bias`, `running_mean`, `head_dim`, ...). Private names and the
+    methods of nn.Module (`forward`, `parameters`, `modules`, `apply`...) are left out; so are PyTorch tensor ops
+    (`forbidden_tensor_methods`, refused as tensor ops anyway) and every name in `function_internals()`."""
+    import torch.nn as nn
+    import torch.nn.modules as nn_modules
+
+    seen: list[type] = []
+    for public in getattr(nn_modules, "__all__", ()):
+        cls = getattr(nn_modules, public, None)
+        if isinstance(cls, type) and issubclass(cls, nn.Module):
+            seen.extend(k for k in cls.__mro__ if isinstance(k, type) and issubclass(k, nn.Module) and k not in seen)
+    names: set[str] = set()
+    for cls in seen:
+        names.update(vars(cls).get("__constants__", ()))
+        try:
+            names.update(inspect.get_annotations(cls))
+        except Exception:  # noqa: BLE001 - an annotation that does not evaluate: skip it
+            pass
+        init = vars(cls).get("__init__")
+        if init is not None:
+            try:
+                names.update(p.name for p in inspect.signature(init).parameters.values()
+                             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+            except (TypeError, ValueError):
+                pass
+        names.update(instance_attribute_names(cls))
+    public_names = {n for n in names if isinstance(n, str) and n.isidentifier() and not n.startswith("_")}
+    return frozenset(public_names - module_methods() - {"self"} - forbidden_tensor_methods() - function_internals())
+
+
+@functools.cache
+def module_methods() -> frozenset[str]:
+    """The methods of `torch.nn.Module` (`forward`, `train`, `apply`, `set_submodule`, ...), from the live torch. A
+    layer class reached as a value (`[nn.Conv2d][0]`) gives them unbound, to be called with any object as self; on
+    `self` chains they stay readable (the instance is the file's own)."""
+    import torch.nn as nn
+
+    return frozenset(n for n in dir(nn.Module)
+                     if not _dunder(n) and callable(inspect.getattr_static(nn.Module, n, None)))

@@ -4,9 +4,10 @@
 renamed (`import torch.nn.functional as G`, `from torch import softmax as s`, `t = torch`, `getattr(torch, "x")`),
 and reports each refused construct with its line. Beyond module references it is an allow-list (see
 `agent.screening.policy`): names must be bound by the file or be allowed builtins, attributes of untyped values must
-be on the host or device allow-list (any on `self`), attributes are assigned only on `self`, and no string spells a
-dunder. It also returns the facts a language needs for its structural checks (top-level functions, device-code
-functions, which top-level functions name which). Whether kernels are launched is not judged here: a static check by
+be on the host or device allow-list (any as `self.x` in a plain method of the file's own class), attributes are
+assigned only as `self.x`, the file's classes and `type(x)` do not flow as values, and no string spells a dunder. It
+also returns the facts a language needs for its structural checks (top-level functions, device-code functions, which
+top-level functions name which). Whether kernels are launched is not judged here: a static check by
 name was too strict (a kernel picked from a per-shape cache) and easily fooled, so it is checked at run time
 (`forge.checking.launch_check`).
 Language-specific parts (which modules the language adds, which decorators mark device code, how the language's
@@ -42,7 +43,11 @@ class PythonRules:
     an extra predicate over `torch.*` qualnames a screening mode may also use and subclass (module problems allow
     `torch.nn` layer classes and `torch.nn.init`, to build the same parameters as the reference model).
     `device_attributes`: the attributes device code may read on values screening cannot type (e.g. the public
-    methods of Triton's tensor and dtype); host code gets `policy.HOST_ATTRIBUTES`.
+    methods of Triton's tensor and dtype); host code gets `policy.HOST_ATTRIBUTES`, the names the file's own classes
+    define, and `host_attributes` (module problems: the torch.nn layers' parameter and setting names,
+    `policy.module_attributes`). `function_internals`: the attribute names of the language's kernel objects (e.g.
+    Triton's JITFunction, autotuner, interpreter and compiled kernel), which neither the own-class names nor
+    `host_attributes` may open (beside `policy.function_internals()`).
     """
 
     extra_import_roots: frozenset[str] = frozenset()
@@ -51,6 +56,8 @@ class PythonRules:
     namespaces: frozenset[str] = frozenset()
     device_decorators: frozenset[str] = frozenset()
     device_attributes: Callable[[], frozenset[str]] | None = None
+    host_attributes: Callable[[], frozenset[str]] | None = None
+    function_internals: Callable[[], frozenset[str]] | None = None
 
     @property
     def import_roots(self) -> frozenset[str]:
@@ -85,6 +92,23 @@ class PythonAnalysis:
         return seen
 
 
+@dataclass
+class _ClassFacts:
+    """What screening knows about one of the file's `class` statements.
+
+    `trusted`: its methods' `self` is an instance of the class (no metaclass, decorators that return the class, bases
+    the file's own trusted classes, `object`, builtin exceptions or `policy.TRUSTED_BASES` / the language's allowed
+    torch classes). `plain_methods`: ids of the methods whose first parameter keeps the `self` privilege (instance
+    methods of a trusted class, not aliased in the class body, decorated only by `policy.ALLOWED_METHOD_DECORATORS` or
+    `property`, not a `policy.CLASS_HOOKS` name). `data_names`: names the class body binds to values that are not
+    functions of the class (constants, dataclass fields, static methods): readable through the class itself.
+    """
+
+    trusted: bool
+    plain_methods: set[int]
+    data_names: set[str]
+
+
 def _text(node: ast.AST) -> str:
     try:
         text = ast.unparse(node)
@@ -103,6 +127,8 @@ def _is_dunder(name: str) -> bool:
 
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
+_BUILTIN_EXCEPTIONS = frozenset(name for name in dir(builtins) if isinstance(getattr(builtins, name), type)
+                                and issubclass(getattr(builtins, name), BaseException))
 _DUNDER_STRING = re.compile(r"^__\w+__$")
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
@@ -160,6 +186,7 @@ class _Analyser:
         self.device_nodes: set[int] = set()
         self.finfo_names: set[str] = set()
         self._locals_cache: dict[int, set[str]] = {}
+        self._stores_cache: dict[int, set[str]] = {}
 
     # -- helpers ------------------------------------------------------------------------------------------
     def flag(self, construct: str, node: ast.AST | None, message: str, kind: str = "forbidden") -> None:
@@ -245,6 +272,351 @@ class _Analyser:
     def in_device_code(self, node: ast.AST) -> bool:
         return id(node) in self.device_nodes
 
+    # -- the file's own classes -----------------------------------------------------------------------------
+    def own_attributes(self) -> set[str]:
+        """Public attribute names the file's classes define: class-body names (fields, constants, methods) and what
+        their methods set or register on their first parameter (`self.block = ...`, `self.register_buffer("scale",
+        ...)`). They may be read on values screening cannot type (a config passed to a helper), less
+        `self.internals`: on a function, frame, Triton kernel or autotuner such a name does not exist, so what it
+        reads is an attribute of the file's own object (or of a tensor or layer, as any allowed name)."""
+        names: set[str] = set()
+        for defs in self.class_defs.values():
+            for cls in defs:
+                names |= _scope_bindings(cls.body)
+                for method in cls.body:
+                    if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        continue
+                    params = [*method.args.posonlyargs, *method.args.args]
+                    if not params:
+                        continue
+                    me = params[0].arg
+                    for sub in ast.walk(method):
+                        if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) \
+                                and isinstance(sub.value, ast.Name) and sub.value.id == me:
+                            names.add(sub.attr)
+                        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                                and isinstance(sub.func.value, ast.Name) and sub.func.value.id == me \
+                                and sub.func.attr in {"register_buffer", "register_parameter", "register_module",
+                                                      "add_module"} \
+                                and sub.args and isinstance(sub.args[0], ast.Constant) \
+                                and isinstance(sub.args[0].value, str):
+                            names.add(sub.args[0].value)
+        return {n for n in names if n.isidentifier() and not n.startswith("_")}
+
+    def _resolves_to(self, node: ast.AST, allowed: frozenset[str]) -> bool:
+        found = self.resolve(node.func if isinstance(node, ast.Call) else node)
+        return bool(found) and found <= allowed
+
+    def _builtin(self, node: ast.AST, names: Iterable[str]) -> bool:
+        """`node` is surely the builtin of one of `names` (bound nowhere by the file): for what a builtin allows."""
+        return isinstance(node, ast.Name) and node.id in names and node.id not in self.aliases \
+            and not self.is_bound(node.id, node)
+
+    def _maybe_builtin(self, node: ast.AST, name: str) -> bool:
+        """`node` may be the builtin `name`: not a local of its function (`type = type` at module level still reads
+        the builtin): for what a builtin refuses."""
+        return isinstance(node, ast.Name) and node.id == name and not self.is_function_local(name, node)
+
+    def _class_scope_loads(self, cls: ast.ClassDef) -> list[ast.Name]:
+        """Names read in the class body's own scope: its statements, and the decorators, defaults and annotations
+        of its methods (not their bodies, nor lambda bodies)."""
+        found: list[ast.Name] = []
+        todo: list[ast.AST] = list(cls.body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                todo.extend(node.decorator_list)
+                todo.extend(d for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None)
+                todo.extend(a.annotation for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                                                   node.args.vararg, node.args.kwarg)
+                            if a is not None and a.annotation is not None)
+                if node.returns is not None:
+                    todo.append(node.returns)
+                continue
+            if isinstance(node, ast.Lambda):
+                todo.extend(d for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None)
+                continue
+            if isinstance(node, ast.ClassDef):
+                todo.extend([*node.bases, *node.keywords, *node.decorator_list])
+                continue
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                found.append(node)
+            todo.extend(ast.iter_child_nodes(node))
+        return found
+
+    def class_facts(self, cls: ast.ClassDef) -> _ClassFacts:
+        cached = self._facts.get(id(cls))
+        if cached is not None:
+            return cached
+        trusted = self._class_trusted(cls)
+        defs = [s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        static = {id(d) for d in defs if any(self._builtin(x, {"staticmethod"}) for x in d.decorator_list)}
+        functions = {d.name for d in defs if id(d) not in static} | {
+            s.name for s in cls.body if isinstance(s, ast.ClassDef)}
+        # How each class-body name is bound: by plain `name = value` / `name: T = value` (values kept), or otherwise.
+        values: dict[str, list[ast.AST]] = {}
+        others: set[str] = set()
+        for stmt in cls.body:
+            if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+                for target in stmt.targets:
+                    values.setdefault(target.id, []).append(stmt.value)  # type: ignore[union-attr]
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                values.setdefault(stmt.target.id, [])
+                if stmt.value is not None:
+                    values[stmt.target.id].append(stmt.value)
+            elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                others |= _scope_bindings([stmt])
+        # A value is a function of the class when it holds a lambda or names one (`get = update`,
+        # `run = classmethod(update)`, `f = [update][0]`): to a fixed point.
+        method_like = set(functions) | others
+        changed = True
+        while changed:
+            changed = False
+            for name, exprs in values.items():
+                if name in method_like:
+                    continue
+                if any(isinstance(n, ast.Lambda) or (isinstance(n, ast.Name) and n.id in method_like)
+                       for e in exprs for n in ast.walk(e)):
+                    method_like.add(name)
+                    changed = True
+        data_names = (set(values) | {d.name for d in defs if id(d) in static}) - method_like
+        # A method name read in the class body (beyond `@name.setter`) hands the function itself to that code.
+        leaked: set[str] = set()
+        for name in self._class_scope_loads(cls):
+            parent = self.parent(name)
+            setter = isinstance(parent, ast.Attribute) and parent.attr in {"setter", "getter", "deleter"} and any(
+                parent in d.decorator_list for d in defs)
+            if not setter:
+                leaked.add(name.id)
+        plain: set[int] = set()
+        if trusted:
+            for d in defs:
+                params = [*d.args.posonlyargs, *d.args.args]
+                if id(d) in static or not params or d.name in policy.CLASS_HOOKS or d.name in leaked:
+                    continue
+                if all(self._allowed_method_decorator(x, defs) for x in d.decorator_list):
+                    plain.add(id(d))
+        facts = _ClassFacts(trusted, plain, data_names)
+        self._facts[id(cls)] = facts
+        return facts
+
+    def _allowed_method_decorator(self, decorator: ast.AST, defs: list[ast.AST]) -> bool:
+        if self._builtin(decorator, {"property"}):
+            return True
+        if isinstance(decorator, ast.Attribute) and decorator.attr in {"setter", "getter", "deleter"} \
+                and isinstance(decorator.value, ast.Name) and any(
+                    isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) and d.name == decorator.value.id
+                    for d in defs):
+            return True
+        return self._resolves_to(decorator, policy.ALLOWED_METHOD_DECORATORS)
+
+    def _class_problems(self, cls: ast.ClassDef) -> list[tuple[ast.AST, str, str]]:
+        """(node, construct, message) for what hands the class to the file's code or makes it another kind of
+        object: a metaclass, a decorator outside `policy.ALLOWED_CLASS_DECORATORS`, a computed base."""
+        problems: list[tuple[ast.AST, str, str]] = []
+        for keyword in cls.keywords:
+            if keyword.arg == "metaclass":
+                problems.append((keyword.value, "metaclass", f"class {cls.name} sets a metaclass, whose methods get "
+                                 "the class itself; kernels may not define metaclasses"))
+        for decorator in cls.decorator_list:
+            if not self._resolves_to(decorator, policy.ALLOWED_CLASS_DECORATORS):
+                problems.append((decorator, f"@{_text(decorator)}", f"class decorator `@{_text(decorator)}` receives "
+                                 f"the class {cls.name} itself (through which its methods come unbound); allowed: "
+                                 f"{', '.join(sorted(policy.ALLOWED_CLASS_DECORATORS))}"))
+        for base in cls.bases:
+            target = base.value if isinstance(base, ast.Subscript) else base
+            named = isinstance(target, (ast.Name, ast.Attribute))
+            factory = isinstance(base, ast.Call) and self._resolves_to(
+                base, frozenset({"collections.namedtuple", "typing.NamedTuple"}))
+            if not named and not factory:
+                problems.append((base, _text(base), f"class {cls.name} has the computed base `{_text(base)}`; bases "
+                                 "must be named classes"))
+        return problems
+
+    def _class_trusted(self, cls: ast.ClassDef) -> bool:
+        if id(cls) in self._trusting or len(self.class_defs.get(cls.name, ())) != 1 or self._class_problems(cls):
+            return False
+        self._trusting.add(id(cls))
+        try:
+            for base in cls.bases:
+                target = base.value if isinstance(base, ast.Subscript) else base
+                if isinstance(target, ast.Name) and target.id in self.own_classes:
+                    own = self.class_defs[target.id]
+                    if len(own) != 1 or not self.class_facts(own[0]).trusted:
+                        return False
+                elif self._builtin(target, {"object"}) or self._builtin(target, _BUILTIN_EXCEPTIONS):
+                    continue
+                else:
+                    found = self.resolve(target) or set()
+                    allowed = self.rules.torch_allowed
+                    if not found or not all(q in policy.TRUSTED_BASES or (
+                            q.startswith("torch.") and allowed is not None and allowed(q)) for q in found):
+                        return False
+            return True
+        finally:
+            self._trusting.discard(id(cls))
+
+    def is_plain_method(self, fn: ast.AST) -> bool:
+        cls = self.parent(fn)
+        return isinstance(cls, ast.ClassDef) and id(fn) in self.class_facts(cls).plain_methods
+
+    def _trusted_self_method(self, name: ast.Name) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The method whose trusted `self` the name is: its first parameter, never rebound, in a plain method of a
+        trusted class (the nearest enclosing function; a lambda or nested function in between gives None)."""
+        parent = self.parent(name)
+        while parent is not None:
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = [*parent.args.posonlyargs, *parent.args.args]
+                if (isinstance(self.parent(parent), ast.ClassDef) and args and args[0].arg == name.id
+                        and name.id in self._local_names(parent) and self.is_plain_method(parent)
+                        and name.id not in self._stored_names(parent)):
+                    return parent
+                return None
+            if isinstance(parent, ast.Lambda):
+                return None
+            parent = self.parent(parent)
+        return None
+
+    def _stored_names(self, fn: ast.AST) -> set[str]:
+        """Names assigned anywhere inside `fn` (nested scopes included)."""
+        cached = self._stores_cache.get(id(fn))
+        if cached is None:
+            cached = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            self._stores_cache[id(fn)] = cached
+        return cached
+
+    def _bound_once(self, name: str) -> bool:
+        """`name` is bound exactly once in the whole file (by its `class` statement)."""
+        sites = 0
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                sites += 1
+            elif isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+                sites += 1
+            elif isinstance(node, ast.arg) and node.arg == name:
+                sites += 1
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                sites += sum((a.asname or a.name).split(".")[0] == name for a in node.names)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+                sites += 1
+            elif isinstance(node, ast.ExceptHandler) and node.name == name:
+                sites += 1
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == name:
+                sites += 1
+            elif isinstance(node, ast.MatchMapping) and node.rest == name:
+                sites += 1
+        return sites == 1
+
+    def _is_trusted_super(self, node: ast.AST) -> bool:
+        """`super(C, self)` where C is the class whose method this is (a top-level class bound only by its `class`
+        statement) and `self` that method's trusted first parameter: the same binding as `super()`, so the methods
+        it reaches are the bases' methods bound to the file's own instance. Any other class or object stays
+        refused: `super(C, obj)` binds C's bases' methods to an object of the file's choice."""
+        if not (isinstance(node, ast.Call) and self._builtin(node.func, {"super"})):
+            return False
+        if node.keywords or len(node.args) != 2 or not all(isinstance(a, ast.Name) for a in node.args):
+            return False
+        cls_arg, obj_arg = node.args
+        method = self._trusted_self_method(obj_arg)  # type: ignore[arg-type]
+        if method is None:
+            return False
+        cls = self.parent(method)
+        return (isinstance(cls, ast.ClassDef) and cls_arg.id == cls.name  # type: ignore[attr-defined]
+                and isinstance(self.parent(cls), ast.Module) and self._bound_once(cls.name)
+                and cls.name not in self._local_names(method))
+
+    def check_class_name_use(self, node: ast.Name) -> None:
+        """One of the file's classes may be instantiated, subclassed, compared, caught, raised, annotated with and
+        read for its constants; as a value (`c = Cls`, `f(Cls)`, `[Cls]`) it would reach its methods unbound, with
+        any object as `self`."""
+        parent = self.parent(node)
+        if isinstance(parent, ast.Tuple):
+            holder = self.parent(parent)
+            if isinstance(holder, ast.ExceptHandler) or (isinstance(holder, ast.Compare)
+                                                         and self._class_safe_compare(holder)) or (
+                    self._is_isinstance_call(holder) and holder.args[1] is parent):  # type: ignore[union-attr]
+                return
+        if isinstance(parent, ast.Call) and (parent.func is node or (
+                self._is_isinstance_call(parent) and len(parent.args) == 2 and parent.args[1] is node) or (
+                isinstance(parent.func, ast.Name) and parent.func.id == "super" and parent.args
+                and parent.args[0] is node)):
+            return
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return
+        if isinstance(parent, ast.ClassDef) and (node in parent.bases or node in parent.decorator_list):
+            return
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in parent.decorator_list:
+            return
+        if isinstance(parent, (ast.ExceptHandler, ast.Raise, ast.MatchClass)):
+            return
+        if isinstance(parent, ast.Compare) and self._class_safe_compare(parent):
+            return
+        if self._in_annotation(node):
+            return
+        self.flag(node.id, node, f"`{_text(parent or node)}` uses the class {node.id} as a value, through which its "
+                  "methods come unbound (any object as self); instantiate it, subclass it or read its constants")
+
+    def _class_safe_compare(self, node: ast.Compare) -> bool:
+        """A comparison that hands no class to the file's code: only `is` / `is not`, or only classes on every side
+        (`type(x) == Cls`, `type(x) in (tuple, Cls)`, `None`): `==` and `in` with any other operand call that
+        operand's `__eq__` with the class (`type(x) == obj` runs `obj.__eq__(type(x))`)."""
+        if all(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+            return True
+
+        def is_class(operand: ast.AST) -> bool:
+            if isinstance(operand, ast.Tuple):
+                return all(is_class(e) for e in operand.elts)
+            if isinstance(operand, ast.Constant):
+                return operand.value is None
+            if isinstance(operand, ast.Call):
+                return self._maybe_builtin(operand.func, "type") and len(operand.args) == 1
+            if isinstance(operand, ast.Name):
+                return operand.id in self.own_classes or (
+                    self._builtin(operand, _BUILTIN_NAMES) and isinstance(getattr(builtins, operand.id), type))
+            return False
+
+        return all(is_class(o) for o in (node.left, *node.comparators))
+
+    def _is_isinstance_call(self, node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Call) and self._builtin(node.func, {"isinstance", "issubclass"}) \
+            and len(node.args) == 2
+
+    def _in_annotation(self, node: ast.AST) -> bool:
+        child, parent = node, self.parent(node)
+        while parent is not None:
+            if isinstance(parent, ast.arg) and parent.annotation is child:
+                return True
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and parent.returns is child:
+                return True
+            if isinstance(parent, ast.AnnAssign) and parent.annotation is child:
+                return True
+            if isinstance(parent, ast.stmt):
+                return False
+            child, parent = parent, self.parent(parent)
+        return False
+
+    def check_type_use(self, node: ast.Name) -> None:
+        """The builtin `type` only as `type(x)` compared (`type(x) is tuple`) or formatted: its result is the class,
+        through which methods come unbound (`c = type(obj); c.update(torch.Tensor, v)`), and `class M(type)` is a
+        metaclass. `type(x).attr` is refused by `check_unbound_method`."""
+        parent = self.parent(node)
+        if isinstance(parent, ast.Call) and parent.func is node and len(parent.args) == 1 and not parent.keywords:
+            holder = self.parent(parent)
+            if isinstance(holder, ast.FormattedValue) or (isinstance(holder, ast.Compare)
+                                                          and self._class_safe_compare(holder)) or (
+                    isinstance(holder, ast.Attribute) and holder.value is parent):
+                return
+        self.flag("type", node, f"`{_text(parent or node)}` uses type(...) beyond a comparison (type(x) is tuple): "
+                  "the class it gives reaches methods unbound, with any object as self")
+
+    def check_super_use(self, node: ast.Name) -> None:
+        """The builtin `super` only called: as a value (`s = super`) it is a rebound super, which binds methods to an
+        object of the file's choice. The arguments of a call are judged in `run` (`_is_trusted_super`)."""
+        parent = self.parent(node)
+        if not (isinstance(parent, ast.Call) and parent.func is node):
+            self.flag("super", node, f"`{_text(parent or node)}` uses super as a value (a rebound super binds methods "
+                      "to an object of the file's choice); call super() or super(<this class>, self)")
+
     # -- passes -------------------------------------------------------------------------------------------
     def run(self) -> None:
         for parent in ast.walk(self.tree):
@@ -256,9 +628,17 @@ class _Analyser:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Global):
                 self.module_names.update(node.names)
-        self.own_classes = {n.name for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
-        self.own_methods = {f.name for c in ast.walk(self.tree) if isinstance(c, ast.ClassDef) for f in c.body
-                            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_static(f)}
+        self.class_defs: dict[str, list[ast.ClassDef]] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ClassDef):
+                self.class_defs.setdefault(node.name, []).append(node)
+        self.own_classes = set(self.class_defs)
+        self._facts: dict[int, _ClassFacts] = {}
+        self._trusting: set[int] = set()
+        self.internals = policy.function_internals() | (
+            self.rules.function_internals() if self.rules.function_internals is not None else frozenset())
+        extra = self.rules.host_attributes() if self.rules.host_attributes is not None else frozenset()
+        self.host_attributes = policy.HOST_ATTRIBUTES | ((self.own_attributes() | extra) - self.internals)
         for node in ast.walk(self.tree):
             self.visit(node)
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -266,10 +646,10 @@ class _Analyser:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and isinstance(self.parent(node),
                                                                                          ast.ClassDef):
                 self.check_method_decorators(node)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" \
-                    and (node.args or node.keywords) and not self.is_bound("super", node):
+            elif isinstance(node, ast.Call) and self._maybe_builtin(node.func, "super") \
+                    and (node.args or node.keywords) and not self._is_trusted_super(node):
                 self.flag("super", node, f"`{_text(node)}` binds a method to an object of the file's choice; "
-                          "use super() without arguments")
+                          "use super() without arguments, or super(<this class>, self) in one of its methods")
 
     def collect_aliases(self) -> None:
         for node in ast.walk(self.tree):
@@ -404,10 +784,24 @@ class _Analyser:
     def check_name(self, node: ast.Name) -> None:
         name = node.id
         load = isinstance(node.ctx, ast.Load)
+        if load and name == "object" and isinstance(self.parent(node), ast.ClassDef) \
+                and node in self.parent(node).bases:  # type: ignore[union-attr]
+            return  # `class Cfg(object)`: every class has this base anyway
         if load and name in _BUILTIN_NAMES and name not in policy.SAFE_BUILTINS and name not in self.aliases:
             if not self.is_function_local(name, node):  # `eval = eval` at module level still reads the builtin
                 self.flag_builtin(name, node)
                 return
+        if load and name == "type" and self._maybe_builtin(node, "type"):
+            self.check_type_use(node)
+        elif load and name == "super" and self._maybe_builtin(node, "super"):
+            self.check_super_use(node)
+        elif load and name == "classmethod" and self._maybe_builtin(node, "classmethod") and not (
+                isinstance(self.parent(node), (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node in self.parent(node).decorator_list):  # type: ignore[union-attr]
+            self.flag("classmethod", node, f"`{_text(self.parent(node) or node)}` makes a classmethod, whose first "
+                      "argument is the class (its methods unbound); use a staticmethod or an instance method")
+        if load and name in self.own_classes:
+            self.check_class_name_use(node)
         if _is_dunder(name) and name not in policy.SAFE_DUNDERS:
             self.flag(name, node, f"{name} is an interpreter internal; not allowed in kernels")
             return
@@ -468,9 +862,10 @@ class _Analyser:
                 target = sorted(self.resolve(node) or {_text(node)})[0]
                 self.flag(target, node, f"assignment to `{_text(node)}` ({target}) patches a module attribute "
                           "(monkey-patching); not allowed")
-            elif not self._is_self_chain(node):
+            elif not self._is_self_attribute(node):
                 self.flag(f".{attr}", node, f"assignment to `{_text(node)}` sets .{attr} on an object the file does "
-                          "not own; kernels may set attributes only on `self` in their own classes")
+                          "not own; kernels may set attributes only on `self` in their own classes (`self.x = ...`, "
+                          "not on what `self.x` holds)")
             return
         if isinstance(node.ctx, ast.Load):
             if self.resolve(node) is not None:
@@ -484,59 +879,83 @@ class _Analyser:
         is a way to patch `torch.Tensor` or read a Triton function's globals. Only `self.<method>` (bound) is
         allowed; class constants and static methods stay reachable through the class."""
         value = node.value
-        through_type = (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "type"
-                        and not self.is_bound("type", value))
+        through_type = isinstance(value, ast.Call) and self._maybe_builtin(value.func, "type")
         own_class = isinstance(value, ast.Name) and value.id in self.own_classes
         if through_type:
             self.flag("type(...)", node, f"`{_text(node)}` reaches an attribute through type(...), which can call a "
                       "method with any object as self; call methods on instances")
-        elif own_class and node.attr in self.own_methods:
-            self.flag(f"{value.id}.{node.attr}", node, f"`{_text(node)}` takes the method {node.attr} from the class, "
-                      "unbound, so any object can be passed as self; call it on an instance (`obj.method()`)")
+        elif own_class and node.attr not in {"__name__", "__qualname__", "__doc__"} and not (
+                _is_dunder(node.attr) and node.attr not in policy.SAFE_DUNDERS) \
+                and not self._class_data(value.id, node.attr):
+            self.flag(f"{value.id}.{node.attr}", node, f"`{_text(node)}` takes {node.attr} from the class, where "
+                      "methods come unbound (any object can be passed as self); call methods on an instance "
+                      "(`obj.method()`); through the class only its constants and static methods may be read")
+
+    def _class_data(self, name: str, attr: str, seen: frozenset[str] = frozenset()) -> bool:
+        """`attr` is a constant or static method of the file's class `name` (or of its own bases): a value the class
+        body made, not a function that takes `self`."""
+        defs = self.class_defs.get(name, [])
+        if len(defs) != 1 or name in seen:
+            return False
+        cls = defs[0]
+        if attr in self.class_facts(cls).data_names:
+            return True
+        return any(isinstance(b, ast.Name) and b.id in self.own_classes and self._class_data(b.id, attr, seen | {name})
+                   for b in cls.bases)
 
     def check_method_decorators(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """A classmethod's first parameter is the class itself, so `cls.method(obj)` is an unbound call."""
         for decorator in fn.decorator_list:
-            if isinstance(decorator, ast.Name) and decorator.id == "classmethod" and not self.is_bound(
-                    "classmethod", decorator):
+            if self._maybe_builtin(decorator, "classmethod"):
                 self.flag("classmethod", decorator, f"method {fn.name} is a classmethod, whose `cls` reaches the "
                           "class's unbound methods; use a staticmethod or an instance method")
 
-    def _is_self_chain(self, node: ast.Attribute) -> bool:
-        """`self.<...>` where `self` is the first parameter of a method of a class defined in the file."""
+    def _is_self_attribute(self, node: ast.AST) -> bool:
+        """`self.x` (one attribute) where `self` is the trusted first parameter of a plain method of a class defined
+        in the file (`_trusted_self_method`). Only these attributes may be anything: they are the file's own
+        instance's. What `self.x` holds is judged like any value (`self.k = kernel; self.k.get_capture_scope()` and
+        `self.t = torch.Tensor; self.t.sum = f` are refused)."""
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and self._is_self_chain(node)
+
+    def _is_self_chain(self, node: ast.AST) -> bool:
+        """`self.<...>` where `self` is the trusted first parameter of a plain method of a class defined in the file
+        (`_trusted_self_method`)."""
         root = self._chain_root(node)
-        if root is None:
-            return False
-        parent = self.parent(root)
-        while parent is not None:
-            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                args = [*parent.args.posonlyargs, *parent.args.args]
-                return (isinstance(self.parent(parent), ast.ClassDef) and bool(args) and args[0].arg == root.id
-                        and root.id in self._local_names(parent) and not any(
-                            isinstance(n, ast.Name) and n.id == root.id and isinstance(n.ctx, ast.Store)
-                            for n in ast.walk(parent)))
-            if isinstance(parent, ast.Lambda):
-                return False
-            parent = self.parent(parent)
-        return False
+        return isinstance(root, ast.Name) and self._trusted_self_method(root) is not None
 
     def _is_super_call(self, node: ast.AST) -> bool:
-        """`super()` (not rebound): its attributes are the file's own class's bases' methods."""
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
-                and not self.is_bound("super", node))
+        """`super()` in a plain method, or `super(<this class>, self)` (`_is_trusted_super`): its attributes are the
+        file's own class's bases' methods, bound to the file's own instance."""
+        if not (isinstance(node, ast.Call) and self._builtin(node.func, {"super"})):
+            return False
+        if node.args or node.keywords:
+            return self._is_trusted_super(node)
+        parent = self.parent(node)
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            parent = self.parent(parent)
+        return parent is not None and self.is_plain_method(parent)
 
     def check_value_attribute(self, attr: str, node: ast.AST, *, called: bool) -> None:
         """An attribute of a value screening cannot type: PyTorch ops are refused by name, then only the
         allow-listed attributes pass (host: `policy.HOST_ATTRIBUTES`; device code: the language's)."""
+        if attr in policy.VALUE_BANNED_ATTRIBUTES:
+            self.flag(f".{attr}", node, f"`{_text(node)}` reads .{attr}: {policy.VALUE_BANNED_ATTRIBUTES[attr]}")
+            return
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.own_classes:
+            return  # through the file's own class: `check_unbound_method`
         if self.check_method(attr, node, called=called):
             return
-        if isinstance(node, ast.Attribute) and (self._is_self_chain(node) or self._is_super_call(node.value)):
+        if isinstance(node, ast.Attribute) and (self._is_self_attribute(node) or self._is_super_call(node.value)):
             return
+        if isinstance(node, ast.Attribute) and attr in {"__init__", "__post_init__"} and isinstance(
+                node.value, ast.Call) and self._builtin(node.value.func, {"super"}) and not node.value.args:
+            return  # `super().__init__()` in any method initialises the instance's bases
         if self.in_device_code(node) and self.rules.device_attributes is not None:
             allowed, where = self.rules.device_attributes(), "device-code attributes"
         else:
-            allowed, where = policy.HOST_ATTRIBUTES, "attributes host code may read (tensor metadata and views, " \
-                "dtype/device/finfo fields, device properties, container and string methods)"
+            allowed, where = self.host_attributes, "attributes host code may read (tensor metadata and views, " \
+                "dtype/device/finfo fields, device properties, container and string methods, layer parameters " \
+                "and settings, the file's own classes' attributes)"
         if attr not in allowed:
             self.flag(f".{attr}", node, f"`{_text(node)}` reads .{attr}, which is not on the allow-list of {where}; "
                       "function internals, formatting and reflection are refused")
@@ -650,6 +1069,15 @@ class _Analyser:
         Returns whether it flagged."""
         if self.in_device_code(node):
             return False
+        if not called and isinstance(node, ast.Attribute) and (self._is_chain_interior(node) or (
+                isinstance(node.value, ast.Name) and self._is_self_chain(node))):
+            # `self.matmul.weight`, `self.softmax.dim`, `relu = self.relu`: a submodule named like an op, not a call.
+            # Followed by another attribute, the op is not called even on a tensor (a bound method has no non-dunder
+            # attributes, and the next name is judged on its own). Read as `self.x`, it is what the file stored on
+            # its own instance (each store was screened: a tensor method can only get there as `self.f = x.softmax`,
+            # refused). A deeper read kept as a value (`f = self.buf.exp`) and every call (`self.buf.exp()`,
+            # `self.relu(x)`, `x.softmax(-1)`) stay refused as tensor ops.
+            return False
         is_reference_op = bool(self.function_name) and attr == self.function_name
         if attr not in policy.forbidden_tensor_methods() and not is_reference_op:
             return False
@@ -708,6 +1136,16 @@ class _Analyser:
                   "subscripting dunder names is refused)")
 
     def check_class(self, node: ast.ClassDef) -> None:
+        for where, construct, message in self._class_problems(node):
+            self.flag(construct, where, message)
+        if isinstance(self.parent(node), ast.ClassDef):
+            self.flag(node.name, node, f"class {node.name} is defined inside class {self.parent(node).name}: as "  # type: ignore[union-attr]
+                      f"`self.{node.name}` it is the class itself, whose methods come unbound; define it at module "
+                      "level")
+        for stmt in node.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in policy.CLASS_HOOKS:
+                self.flag(stmt.name, stmt, f"class {node.name} defines {stmt.name}, which Python calls with the class "
+                          "(or another object than an instance), handing over its methods unbound; not allowed")
         for base in node.bases:
             for qualname in sorted(self.resolve(base) or ()):
                 allowed = self.rules.torch_allowed is not None and self.rules.torch_allowed(qualname)

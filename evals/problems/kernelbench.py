@@ -2,64 +2,30 @@
 
 A KernelBench problem file defines `class Model(nn.Module)`, `get_inputs()` (forward arguments) and
 `get_init_inputs()` (constructor arguments); a candidate solution defines `ModelNew` with the same constructor.
-`ModuleProblem` keeps the file's source text and builds the reference model and its inputs under a seed, each time
-in a fresh module. Unlike the upstream harness, integer and bool inputs keep their dtype (a `dtype` cast applies to
-floating tensors only), and `make_inputs(fresh=True)` re-draws inputs from a normal distribution so negative
-branches get checked too (upstream inputs are `torch.rand`, i.e. all in [0, 1)).
+`ModuleProblem` keeps the file's source text and its provenance; building the models and their inputs under a seed
+is the judge's (`forge.judging.modules.ModuleSource`), so the eval, the judge and its sandbox child build alike.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from forge.samples import TensorSpec, map_values
+from forge.judging.modules import ModuleSource
+from forge.source_files import load_source_text
 
 from .base import Problem, ProblemKind, Provenance, SuiteFormatError, Tolerance
-from .source_module import load_source_module
 
 __all__ = ["ModuleProblem", "load_kernelbench_folder", "module_problem_from_source"]
 
 _REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 _LEVEL_DIR = re.compile(r"^level[_-]?(\d+)$", re.IGNORECASE)
 _NUMBERED_FILE = re.compile(r"^(\d+)_(.+)$")
-
-
-@contextmanager
-def _seeded(seed: int, device: Any = None) -> Iterator[None]:
-    """Seed torch's RNGs for the block and restore the CPU generator's state, and the current CUDA device's when CUDA
-    is in use (`torch.manual_seed` seeds every device; a model built under a seed must not leave the caller's CUDA
-    stream of random numbers changed)."""
-    target = torch.device(device) if device is not None else None
-    if target is not None and target.type == "cuda":
-        cuda = [target.index if target.index is not None else torch.cuda.current_device()]
-    elif torch.cuda.is_available() and torch.cuda.is_initialized():
-        cuda = [torch.cuda.current_device()]
-    else:
-        cuda = []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(int(seed))
-        yield
-
-
-@contextmanager
-def _allocating_on(device: Any) -> Iterator[None]:
-    """New tensors default to `device` inside the block, so a file's `torch.rand(...)` draws on the GPU directly:
-    at KernelBench's shipped sizes CPU draws then copies took 3-10 s of a problem's 15-30 s of harness time on an
-    H200 (BENCHMARKS H2). Values then differ from a CPU draw but are as deterministic for a seed and device."""
-    if device is None or torch.device(device).type == "cpu":
-        yield
-        return
-    with torch.device(torch.device(device)):
-        yield
 
 
 @dataclass(frozen=True)
@@ -83,84 +49,36 @@ class ModuleProblem(Problem):
     name: str = ""
     tolerance: Tolerance | None = None
 
-    # -- building ---------------------------------------------------------------------------------------
+    # -- building (the KernelBench format: `forge.judging.modules.ModuleSource`) -------------------------
+    @property
+    def module_source(self) -> ModuleSource:
+        """The problem file as the judge builds it."""
+        return ModuleSource(self.source, name=self.id)
+
     def load(self) -> Any:
         """Execute the problem file in a fresh module and return that module."""
-        return load_source_module(self.source, name=self.id)
+        return self.module_source.load()
 
     def instantiate(self, device: str | torch.device = "cpu", seed: int = 42, *,
                     dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, list[Any]]:
-        """`(model, inputs)`: `Model(*get_init_inputs())` built right after `torch.manual_seed(seed)` and moved to
-        `device` (floating parameters cast to `dtype` when given), and `make_inputs(seed)` on the same device.
-
-        The model is left in the mode its constructor sets (training mode, as upstream KernelBench does).
-        """
-        module = self.load()
-        model = self._build(module, "Model", device, seed, dtype)
-        return model, self._inputs(module, seed, fresh=False, device=device, dtype=dtype)
+        """`(model, inputs)` under `seed` (`ModuleSource.instantiate`)."""
+        return self.module_source.instantiate(device, seed, dtype=dtype)
 
     def instantiate_candidate(self, candidate_source: str, device: str | torch.device = "cpu", seed: int = 42, *,
                               dtype: torch.dtype | None = None, class_name: str = "ModelNew") -> torch.nn.Module:
-        """Build the candidate's `ModelNew(*get_init_inputs())` under the same seed as `instantiate` does, so a
-        candidate that creates the same layers in the same order gets the same weights.
-
-        The candidate runs in its own fresh module (it cannot see `Model`); constructor arguments come from the
-        problem file.
-        """
-        init_inputs = self._init_inputs(self.load(), seed)
-        candidate = load_source_module(candidate_source, name=f"{self.id}_candidate")
+        """The candidate's `ModelNew(*get_init_inputs())` built under the same seed as `instantiate` builds `Model`,
+        in its own fresh module (it cannot see `Model`). Runs the candidate's code in this process: the judge does
+        this in its sandbox child."""
+        candidate = load_source_text(candidate_source, name=f"{self.id}_candidate")
         cls = getattr(candidate, class_name, None)
         if not isinstance(cls, type):
             raise ValueError(f"candidate source for {self.id!r} defines no class {class_name!r}")
-        return self._construct(cls, init_inputs, device, seed, dtype)
+        return self.module_source.build(cls, device, seed, dtype=dtype)
 
     def make_inputs(self, seed: int = 42, fresh: bool = False, *, device: str | torch.device | None = None,
                     dtype: torch.dtype | None = None) -> list[Any]:
-        """Forward arguments: the file's `get_inputs()` under `torch.manual_seed(seed)`.
-
-        With `fresh=True` every tensor is then re-drawn with the same shape, dtype and strides: floating tensors
-        from a standard normal, integer and bool tensors uniformly within the [min, max] the original showed (so
-        indices and class targets stay valid). Non-tensor items pass through. Tensors are moved to `device` when
-        given; `dtype` casts floating tensors only.
-        """
-        return self._inputs(self.load(), seed, fresh=fresh, device=device, dtype=dtype)
-
-    # -- internals ------------------------------------------------------------------------------------------
-    def _init_inputs(self, module: Any, seed: int) -> list[Any]:
-        with _seeded(seed):
-            return list(module.get_init_inputs())
-
-    def _build(self, module: Any, class_name: str, device: Any, seed: int,
-               dtype: torch.dtype | None) -> torch.nn.Module:
-        return self._construct(getattr(module, class_name), self._init_inputs(module, seed), device, seed, dtype)
-
-    @staticmethod
-    def _construct(cls: type, init_inputs: list[Any], device: Any, seed: int,
-                   dtype: torch.dtype | None) -> torch.nn.Module:
-        with _seeded(seed):
-            model = cls(*init_inputs)
-        model = model.to(device=torch.device(device))
-        if dtype is not None:
-            model = model.to(dtype=dtype)  # nn.Module.to(dtype) casts floating parameters and buffers only
-        return model
-
-    def _inputs(self, module: Any, seed: int, *, fresh: bool, device: Any, dtype: torch.dtype | None) -> list[Any]:
-        with _seeded(seed, device), _allocating_on(device):
-            inputs = list(module.get_inputs())
-        if fresh:
-            generator = torch.Generator().manual_seed(int(seed))
-            inputs = [map_values(v, lambda t: _redraw(t, generator)) for v in inputs]
-
-        def place(value: Any) -> Any:
-            if not isinstance(value, torch.Tensor):
-                return value
-            if device is not None:
-                value = value.to(device=torch.device(device))
-            if dtype is not None and value.is_floating_point():
-                value = value.to(dtype=dtype)
-            return value
-
-        return [map_values(v, place) for v in inputs]
+        """Forward arguments under `seed` (`ModuleSource.make_inputs`)."""
+        return self.module_source.make_inputs(seed, fresh, device=device, dtype=dtype)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -177,15 +95,6 @@ class ModuleProblem(Problem):
         if self.tolerance is not None:
             data["tolerance"] = self.tolerance.to_json()
         return data
-
-
-def _redraw(value: Any, generator: torch.Generator) -> Any:
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return value
-    spec = TensorSpec.of(value)
-    if value.is_floating_point():
-        spec = dataclasses.replace(spec, mean=None, std=None)  # TensorSpec draws N(0, 1) without moments
-    return spec.draw(generator, device=value.device)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,24 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from evals.failures import Failure, failure_text
 from evals.sources.base import USAGE_KEYS, Candidate, EvalSource
-from evals.sources.evaluation import (
-    CUDA_ERROR_MARKERS,
-    MODULE_SEEDS,
-    check_module_candidate,
-    evaluate_problem,
-    failure_record,
-    failure_text,
-    is_cuda_error,
-)
-from evals.sources.isolated import IsolatedOutcome, run_isolated
+from evals.sources.evaluation import CUDA_ERROR_MARKERS, evaluate_problem, fail, failure_record, is_cuda_error
 from evals.sources.llm import LLMSource
 from evals.sources.provider import PROVIDER_PREFIX, ProviderSource
 from evals.sources.static import SDPA_BACKENDS, CompileSource, EagerSource, SDPASource
 
 __all__ = [
     "CUDA_ERROR_MARKERS",
-    "MODULE_SEEDS",
     "SDPA_BACKENDS",
     "SOURCE_NAMES",
     "USAGE_KEYS",
@@ -35,17 +26,16 @@ __all__ = [
     "CompileSource",
     "EagerSource",
     "EvalSource",
-    "IsolatedOutcome",
+    "Failure",
     "LLMSource",
     "PROVIDER_PREFIX",
     "ProviderSource",
     "SDPASource",
-    "check_module_candidate",
     "evaluate_problem",
+    "fail",
     "failure_record",
     "failure_text",
     "is_cuda_error",
-    "run_isolated",
     "source_from_name",
 ]
 

@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from evals.failures import Failure, failure_text
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from forge.samples import Sample
 
 if TYPE_CHECKING:
     from forge.checking import KernelUtils
+    from forge.judging import CandidateCode
 
 __all__ = ["Candidate", "EvalSource", "USAGE_KEYS"]
 
@@ -35,33 +37,42 @@ USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cost_usd", "attempts")
 
 @dataclass(frozen=True)
 class Candidate:
-    """What a source offers for one problem: exactly one of `fn` (function problems), `build` (module problems)
-    or `error` (`"<category>: <detail>"`, e.g. `"unsupported: ..."`, `"generation failed: ..."`).
+    """What a source offers for one problem: exactly one of `fn` (function problems), `build` (module problems:
+    `build(seed)` returns the model) or `failure` (a `Failure`, with `error` its `"<label>: <detail>"` text).
 
-    `name` says what the candidate is (e.g. `"torch.compile(relu)"`). `usage` holds what producing it cost:
-    `prompt_tokens`, `completion_tokens`, `cost_usd`, `attempts` (missing keys are recorded as empty).
-    `trusted` marks candidates from trusted compilers (torch.compile): the oracle skips its dispatch-mode runs for
-    them, as it does for `CompiledFunctionProvider` (see `forge.checking.validation`).
+    `code` (a `forge.judging.CandidateCode`): the candidate's source when it is code from a model; the judge then
+    runs that in its sandbox for the verdict (`fn` / `build` only serve the timing, in this process, once the
+    verdict is `ok`). Without it the candidate is code this process trusts and is judged in process. `name` says
+    what the candidate is (e.g. `"torch.compile(relu)"`). `usage` holds what producing it cost: `prompt_tokens`,
+    `completion_tokens`, `cost_usd`, `attempts` (missing keys are recorded as empty). `trusted` marks candidates
+    from trusted compilers (torch.compile): the oracle skips its dispatch-mode runs for them, as it does for
+    `CompiledFunctionProvider` (see `forge.checking.validation`).
     """
 
     name: str = ""
     fn: Callable[..., Any] | None = None
     build: Callable[[int], Callable[..., Any]] | None = None
+    failure: Failure | None = None
     error: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
     trusted: bool = False
+    code: CandidateCode | None = None
 
     def __post_init__(self) -> None:
-        given = [x is not None for x in (self.fn, self.build, self.error)]
+        given = [x is not None for x in (self.fn, self.build, self.failure)]
         if sum(given) != 1:
-            raise ValueError("a Candidate holds exactly one of fn (function problem), build (module problem) or error")
-        if self.error is not None and (not isinstance(self.error, str) or not self.error.strip()):
-            raise ValueError(f"a Candidate error must be a non-empty 'category: detail' string, got {self.error!r}")
+            raise ValueError("a Candidate holds exactly one of fn (function problem), build (module problem) or "
+                             "failure")
+        if self.failure is not None:
+            object.__setattr__(self, "failure", Failure(self.failure))
+            if not isinstance(self.error, str) or not self.error.strip():
+                raise ValueError(f"a failed Candidate needs its 'label: detail' error text, got {self.error!r}")
 
     @classmethod
-    def failed(cls, reason: str, usage: Mapping[str, Any] | None = None, name: str = "") -> Candidate:
-        """A candidate that does not exist, with the reason as `"<category>: <detail>"`."""
-        return cls(name=name, error=reason, usage=dict(usage or {}))
+    def failed(cls, failure: Failure, detail: str, usage: Mapping[str, Any] | None = None,
+               name: str = "") -> Candidate:
+        """A candidate that does not exist, and why."""
+        return cls(name=name, failure=failure, error=failure_text(failure, detail), usage=dict(usage or {}))
 
 
 class EvalSource(ABC):

@@ -1,22 +1,20 @@
-"""One problem, one sample: get a candidate from a source, check it with the harness oracle, time it against eager
-PyTorch and `torch.compile` in the same process, and return the record (`evals.metrics.RECORD_COLUMNS`).
+"""One problem, one sample: get a candidate from a source, have the judge (`forge.judging.Judge`) check it, time it
+against eager PyTorch and `torch.compile` in this process, and return the record (`evals.metrics.RECORD_COLUMNS`).
 
-Function problems: the calls are drawn on the device (`FunctionProblem.materialize`, seed 0, so every source sees
-the same inputs), the candidate is validated with `forge.checking` exactly as `make_plan` validates providers (the
-problem's tolerance override, when it has one, replaces the per-dtype floors), then the candidate, the original
-function and a per-function `torch.compile` are each benchmarked on the GCD-reduced call distribution
-(`benchmark_distribution`). Times are per forward pass of the model: a pass's median scaled by
-`sum(counts) / calls per pass`, i.e. the count-weighted sum over the problem's calls. The roofline floor comes from
-`agent.roofline.estimate` (count-weighted) when the agent package is importable.
+The verdict comes from the judge, as for `make_plan` and the generator: a candidate that is code from a model
+(`Candidate.code`, e.g. the LLM source's) is screened and run in the judge's sandbox child with the oracle in this
+process; code this process trusts (static providers, `torch.compile`, eager) is judged in process. Function
+problems: the calls are drawn on the device (`FunctionProblem.materialize`, seed 0, so every source sees the same
+inputs) and judged as `make_plan` judges providers (the problem's tolerance override, when it has one, replaces the
+per-dtype floors). Module problems (KernelBench): `ModelNew` against `Model` on several seeds with the judge's seed
+and size rules (`forge.judging.modules.check_module`: one seed for inputs, or inputs and outputs, over 1 GiB, or a
+reference slower than 8 s on the first seed; the record says `oracle_scaled`).
 
-Module problems (KernelBench): for each of several seeds both `Model` and the candidate's `ModelNew` are built
-right after `torch.manual_seed(seed)` (same weights when the layers are created in the same order), and the oracle
-compares their forward passes on the file's `get_inputs()`, on normal re-draws of them (`make_inputs(fresh=True)`)
-and on the oracle's own fresh draws (one seed and no normal re-draw when the inputs exceed
-`LARGE_MODULE_INPUT_BYTES`, so KernelBench's shipped sizes fit one GPU; one seed when the first took longer than
-`SLOW_MODULE_SEED_S`, so a slow float64 reference keeps the harness under 30 s, or when inputs and outputs together
-exceed that size). The reference also runs as a float64 copy of `Model`, so the allowance reflects eager's own
-rounding error. Then candidate, `Model` and `torch.compile(Model)` are timed on `get_inputs()`.
+A correct candidate is then timed here, where it would serve, behind the integrity snapshot and with spot checks of
+timed passes (`Judge.time`): function problems on the GCD-reduced call distribution (`benchmark_distribution`;
+times are per forward pass of the model: a pass's median scaled by `sum(counts) / calls per pass`), module
+problems on one forward of the first seed's `get_inputs()`. The roofline floor comes from `agent.roofline.estimate`
+(count-weighted) when the agent package is importable.
 
 Baselines a user would pick: eager; plain `torch.compile` of the function (or of `Model`), timed by the same clock
 as the candidate; and, where the clock is host-inclusive (`--timing eager`) on CUDA, eager replayed from a CUDA graph
@@ -24,53 +22,45 @@ of one pass (`cuda_graphs_ms`), what a user who graphs the model pays. Each reco
 `generation_s` (the source producing the candidate: LLM turns, sandbox checks), `validate_s`, `timing_s` and
 `harness_s` (wall time minus generation: everything the harness costs, including the candidate's first-call JIT).
 
-Failures are `"<category>: <detail>"`: `unsupported`, `generation failed`, `compile error` (the candidate could not
-be built), `runtime error` (it raised), `incorrect` (wrong results), `benchmark error`, `cuda_error` (a CUDA fault;
-the worker process then exits, see `evals.workers`), `source error` (a bug of the source), `harness_error` (the
-harness failed: the reference raised or ran out of memory in the oracle (`forge.outcome.HarnessError`), or a bug of
-ours; never counted as the candidate's `incorrect`). The category is decided from typed values (the oracle's
-`ValidationIssue.kind`, `HarnessError`), never by searching our own messages; only third-party exception text is
-searched, for CUDA faults. Each record also carries `outcome`, a `forge.outcome.Outcome` value (`ok`, `mismatch`,
-`runtime_error`, `compile_error`, `harness_error`; None when no candidate was judged: unsupported, generation failed).
+Every record carries `failure` (an `evals.failures.Failure`, None when correct) and `outcome` (the judge's
+`forge.outcome.Outcome`, None when no candidate was judged); `failure_reason` is the same, as text for people. Only
+third-party exception text is searched, for CUDA faults (`is_cuda_error`): the worker's CUDA context may be gone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import math
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from evals.failures import Failure, failure_text
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
 from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils, SpotCheckError
-from forge.checking.expectation import tensor_bytes
-from forge.checking.validation import LARGE_INPUT_BYTES
 from forge.execution import TimingMode
-from forge.outcome import HarnessError, Outcome, issue_of, outcome_of_issues
-from forge.samples import Sample, iter_tensors
+from forge.judging import FunctionTarget, Judge, ModuleTarget, Verdict
+from forge.judging.modules import ModelCall, ReferenceModel
+from forge.outcome import HarnessError, Outcome, issue_of
+from forge.samples import Sample
 
 if TYPE_CHECKING:
     from evals.sources.base import EvalSource
 
 __all__ = [
     "CUDA_ERROR_MARKERS",
-    "LARGE_MODULE_INPUT_BYTES",
-    "MODULE_SEEDS",
     "base_record",
-    "check_module_candidate",
     "compile_baseline",
     "plain_compile_baseline",
     "evaluate_problem",
+    "fail",
     "failure_record",
-    "failure_text",
     "is_cuda_error",
     "kernel_utils_for",
 ]
@@ -90,20 +80,6 @@ CUDA_ERROR_MARKERS = (
     "cudnn_status_execution_failed",
     "uncorrectable ecc error",
 )
-MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
-# Module problems whose forward inputs are larger than this get one seed and no extra re-draw (see
-# `check_module_candidate`): the oracle's own threshold for scaling down fresh rounds (1 GiB).
-LARGE_MODULE_INPUT_BYTES = LARGE_INPUT_BYTES
-# ...and so do those whose reference took longer than this in all on the first seed (the float64 reference of a 3-D
-# transposed convolution has no fast kernel: KernelBench's spent 40-120 s validating three seeds on the H200; issue 8
-# asks for under 30 s of harness time per problem). The reference's time only: a slow candidate gains nothing.
-SLOW_MODULE_SEED_S = 8.0
-HARNESS_ERROR = Outcome.HARNESS_ERROR.value  # the failure category of a harness failure
-# The typed outcome of each failure category this module writes (categories of records made elsewhere: none).
-_CATEGORY_OUTCOMES = {"compile error": Outcome.COMPILE_ERROR, "runtime error": Outcome.RUNTIME_ERROR,
-                      "incorrect": Outcome.MISMATCH, "benchmark error": Outcome.RUNTIME_ERROR,
-                      "cuda_error": Outcome.RUNTIME_ERROR, HARNESS_ERROR: Outcome.HARNESS_ERROR,
-                      "source error": Outcome.HARNESS_ERROR}
 _DETAIL_CHARS = 600
 _KEPT_ERRORS = 3
 _SEED = 0
@@ -115,12 +91,6 @@ _SEED = 0
 def _one_line(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
-
-
-def failure_text(category: str, detail: str) -> str:
-    """`"<category>: <detail>"` with the detail on one line and clipped."""
-    detail = _one_line(detail)
-    return f"{category}: {detail}" if detail else f"{category}: (no detail)"
 
 
 def is_cuda_error(text: str | None) -> bool:
@@ -137,9 +107,16 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
-def _exception_reason(category: str, exc: BaseException) -> str:
+def fail(record: dict[str, Any], failure: Failure, detail: str) -> None:
+    """Mark `record` as failed for `failure` (its typed `failure`, its `failure_reason` text)."""
+    record["correct"] = False
+    record["failure"] = failure.value
+    record["failure_reason"] = failure_text(failure, detail)
+
+
+def _fail_exception(record: dict[str, Any], failure: Failure, exc: BaseException) -> None:
     text = _describe(exc)
-    return failure_text("cuda_error" if is_cuda_error(text) else category, text)
+    fail(record, Failure.DEVICE_FAULT if is_cuda_error(text) else failure, text)
 
 
 def device_name(device: torch.device) -> str:
@@ -161,15 +138,17 @@ def base_record(problem: Problem, sample_index: int, source_name: str, device: s
         "device": str(device),
         "compiled": False,
         "correct": False,
+        "failure": None,
         "failure_reason": None,
     }
 
 
-def failure_record(problem: Problem, sample_index: int, source_name: str, reason: str, *, device: str = "",
-                   wall_s: float | None = None, **extra: Any) -> dict[str, Any]:
-    """A record for a sample that produced no result of its own (crash, timeout...)."""
+def failure_record(problem: Problem, sample_index: int, source_name: str, failure: Failure, detail: str, *,
+                   device: str = "", wall_s: float | None = None, **extra: Any) -> dict[str, Any]:
+    """A record for a sample that produced no result of its own (a worker crash, a timeout...)."""
     record = base_record(problem, sample_index, source_name, device)
-    record.update(failure_reason=reason, wall_s=wall_s, **extra)
+    fail(record, failure, detail)
+    record.update(outcome=failure.outcome.value if failure.outcome else None, wall_s=wall_s, **extra)
     return record
 
 
@@ -227,69 +206,52 @@ def compile_baseline(function: str) -> Any:
     return provider
 
 
-class _Trusted:
-    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
-
-    allows_dispatch_poisoning = False
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------------------
 def evaluate_problem(source: EvalSource, problem: Problem, sample_index: int, device: str | torch.device,
-                     kernel_utils: KernelUtils | None = None) -> dict[str, Any]:
+                     kernel_utils: KernelUtils | None = None, judge: Judge | None = None) -> dict[str, Any]:
     """Evaluate one sample of `problem` with `source` on `device` (see the module docstring); never raises for
-    anything a candidate or a source does."""
+    anything a candidate or a source does. `judge`: the worker's judge (one is made for this call when None)."""
     started = time.monotonic()
     target = torch.device(device)
     utils = kernel_utils_for(problem, kernel_utils if kernel_utils is not None else KernelUtils())
+    own_judge = judge is None
+    judge = Judge(utils) if judge is None else judge
+    previous, judge.kernel_utils = judge.kernel_utils, utils
     record = base_record(problem, sample_index, source.name, str(target))
     record["timing"] = utils.timing.value
     notes: list[str] = []
     try:
         record["device_name"] = device_name(target)
         if isinstance(problem, FunctionProblem):
-            _evaluate_function(source, problem, target, utils, record, notes)
+            _evaluate_function(source, problem, target, judge, record, notes)
         elif isinstance(problem, ModuleProblem):
-            _evaluate_module(source, problem, target, utils, record, notes)
+            _evaluate_module(source, problem, target, judge, record, notes)
         else:
-            record["failure_reason"] = failure_text("unsupported", f"unknown problem kind {problem.kind!r}")
+            fail(record, Failure.UNSUPPORTED, f"unknown problem kind {problem.kind!r}")
     except Exception as exc:  # noqa: BLE001 - a harness failure is recorded, not raised, never charged to the candidate
         logger.warning("evaluating %s failed in the harness", problem.label(),
                        exc_info=not isinstance(exc, HarnessError))
-        record["correct"] = False
-        category = "cuda_error" if is_cuda_error(_describe(exc)) else HARNESS_ERROR
-        record["failure_reason"] = failure_text(category, _describe(exc))
+        _fail_exception(record, Failure.HARNESS_ERROR, exc)
         if isinstance(exc, HarnessError):
             record["out_of_memory"] = exc.out_of_memory
     finally:
-        if target.type == "cuda" and failure_category_of(record.get("failure_reason")) != "cuda_error":
+        judge.kernel_utils = previous
+        if own_judge:
+            judge.close()
+        if target.type == "cuda" and record.get("failure") != Failure.DEVICE_FAULT.value:
             torch.cuda.empty_cache()
     if notes:
         record["notes"] = notes
-    record["outcome"] = _outcome_of(record)
+    if record.get("correct"):
+        record["outcome"], record["failure"] = Outcome.OK.value, None
+    else:
+        failure = Failure(record["failure"]) if record.get("failure") else None
+        record["outcome"] = failure.outcome.value if failure is not None and failure.outcome else None
     record["wall_s"] = time.monotonic() - started
     record["harness_s"] = record["wall_s"] - (record.get("generation_s") or 0.0)
     return record
-
-
-def _outcome_of(record: dict[str, Any]) -> str | None:
-    if record.get("correct"):
-        return Outcome.OK.value
-    category = failure_category_of(record.get("failure_reason"))
-    outcome = _CATEGORY_OUTCOMES.get(category or "")
-    return outcome.value if outcome is not None else None
-
-
-def failure_category_of(reason: str | None) -> str | None:
-    """The category this module wrote before the first ':' of a failure reason (None for no reason)."""
-    return reason.split(":", 1)[0].strip() if reason else None
 
 
 class _Phases:
@@ -315,28 +277,36 @@ def _candidate(source: EvalSource, make: Callable[[], Candidate], record: dict[s
             candidate = make()
     except Exception as exc:  # noqa: BLE001 - a source bug becomes the record's failure
         logger.warning("source %s raised while producing a candidate", source.name, exc_info=True)
-        return Candidate.failed(_exception_reason("source error", exc))
+        return Candidate.failed(Failure.SOURCE_ERROR, _describe(exc))
     if not isinstance(candidate, Candidate):
-        return Candidate.failed(failure_text("source error", f"{source.name} returned {type(candidate).__name__}, "
-                                             "not an evals.sources.Candidate"))
+        return Candidate.failed(Failure.SOURCE_ERROR, f"{source.name} returned {type(candidate).__name__}, not an "
+                                "evals.sources.Candidate")
     return candidate
 
 
-def _classify_errors(errors: Sequence[str], record: dict[str, Any]) -> None:
-    """Fill `compiled` / `failure_reason` / `errors` from the oracle's issues (non-empty), by their typed kind."""
-    issues = [issue_of(e) for e in errors]
-    record["errors"] = [_one_line(e) for e in issues[:_KEPT_ERRORS]]
-    first = issues[0]
-    raised = next((e for e in issues if e.kind is Outcome.RUNTIME_ERROR), None)
-    if raised is not None and is_cuda_error(raised):  # the exception's own (third-party) text names a CUDA fault
-        record["compiled"] = False
-        record["failure_reason"] = failure_text("cuda_error", raised)
-    elif raised is not None:
-        record["compiled"] = False
-        record["failure_reason"] = failure_text("runtime error", raised)
-    else:
+def _record_verdict(verdict: Verdict, record: dict[str, Any]) -> bool:
+    """Fill `compiled` / `failure` / `errors` from the judge's verdict; whether it is correct."""
+    if verdict.ok:
         record["compiled"] = True
-        record["failure_reason"] = failure_text("incorrect", first)
+        return True
+    issues = [issue_of(e) for e in verdict.details.get("errors") or ()] or [issue_of(verdict.message)]
+    if verdict.details.get("issues"):
+        from forge.outcome import ValidationIssue
+
+        issues = [ValidationIssue.from_dict(d) for d in verdict.details["issues"]]
+    record["errors"] = [_one_line(e) for e in issues[:_KEPT_ERRORS]]
+    record["compiled"] = verdict.status in (Outcome.MISMATCH, Outcome.FORBIDDEN) and \
+        verdict.details.get("phase") != "screening"
+    if verdict.limit is not None:
+        record["harness_limit"] = verdict.limit.value
+    raised = next((e for e in issues if e.kind is Outcome.RUNTIME_ERROR), None)
+    if verdict.status is Outcome.RUNTIME_ERROR and (is_cuda_error(raised) or verdict.details.get("device_fault")):
+        fail(record, Failure.DEVICE_FAULT, raised or verdict.message)
+    else:
+        fail(record, Failure.of(verdict.status), issues[0] if verdict.status is Outcome.MISMATCH else verdict.message)
+    if verdict.details.get("out_of_memory"):
+        record["out_of_memory"] = True
+    return False
 
 
 def _time(kernel_utils: KernelUtils, fn: Callable[..., Any], samples: list[Sample], what: str,
@@ -378,6 +348,7 @@ def _fill_timings(record: dict[str, Any], candidate: BenchmarkResult, eager: Ben
             record[column] = math.inf if base > 0 else 1.0
 
 
+
 # ---------------------------------------------------------------------------------------------------------
 # Function problems
 # ---------------------------------------------------------------------------------------------------------
@@ -400,8 +371,16 @@ def _roofline(problem: FunctionProblem, calls: list[tuple[int, Sample]], record:
     record["roofline_device"] = found.ceilings.name
 
 
-def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: torch.device, utils: KernelUtils,
+def _judge(judge: Judge, candidate: Candidate, target: FunctionTarget | ModuleTarget, callable_: Any) -> Verdict:
+    """The judge's verdict: code from a model in the sandbox, anything else in process."""
+    if candidate.code is not None:
+        return judge.judge_source(candidate.code.source, target, candidate.code.language, benchmark=False)
+    return judge.judge_callable(callable_, target, trusted=candidate.trusted)
+
+
+def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: torch.device, judge: Judge,
                        record: dict[str, Any], notes: list[str]) -> None:
+    utils = judge.kernel_utils
     calls = problem.materialize(device, seed=_SEED)
     samples = [sample for _, sample in calls]
     _roofline(problem, calls, record, notes)
@@ -410,31 +389,29 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
     candidate = _candidate(source, lambda: source.function_candidate(problem, samples, device, utils), record)
     record.update(_usage_fields(candidate.usage))
     record["candidate"] = candidate.name or None
-    if candidate.error is not None:
-        record["failure_reason"] = candidate.error
+    if candidate.failure is not None:
+        fail(record, candidate.failure, candidate.error.split(": ", 1)[-1] if candidate.error else "")
         return
     if candidate.fn is None:
-        record["failure_reason"] = failure_text("source error", f"{source.name} gave a module candidate "
-                                                "(build) for a function problem")
+        fail(record, Failure.SOURCE_ERROR, f"{source.name} gave a module candidate (build) for a function problem")
         return
-    fn = _Trusted(candidate.fn) if candidate.trusted else candidate.fn
+    target = FunctionTarget(problem.function, tuple(samples), reference=problem.reference)
     with phase("validate"):
-        errors = utils.validate(problem.reference, fn, samples)
-    if errors:
-        _classify_errors(errors, record)
+        verdict = _judge(judge, candidate, target, candidate.fn)
+    if not _record_verdict(verdict, record):
         return
-    record["compiled"] = True
 
+    fn = _Trusted(candidate.fn) if candidate.trusted else candidate.fn
     distribution = utils.benchmark_distribution(calls)
     scale = sum(count for count, _ in calls) / len(distribution)
     with phase("timing"):
         try:
-            timed = utils.benchmark(fn, distribution, reference=problem.reference)
+            timed = judge.time(fn, distribution, reference=problem.reference)
         except SpotCheckError as exc:  # a timed pass's output differs from the reference
-            record["failure_reason"] = failure_text("incorrect", str(exc))
+            fail(record, Failure.MISMATCH, str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a kernel that fails when timed is not usable
-            record["failure_reason"] = _exception_reason("benchmark error", exc)
+            _fail_exception(record, Failure.BENCHMARK_ERROR, exc)
             return
         record["correct"] = True
         eager = _time(utils, problem.reference, distribution, "eager", notes)
@@ -443,172 +420,66 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
     _fill_timings(record, timed, eager, compiled, scale, graphed)
 
 
+class _Trusted:
+    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
+
+    allows_dispatch_poisoning = False
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Module problems
 # ---------------------------------------------------------------------------------------------------------
-def _has_float64(value: Any) -> bool:
-    return any(t.dtype == torch.float64 for t in iter_tensors(value))
-
-
-class ReferenceModel:
-    """`Model.forward` for the oracle: float64 inputs (the oracle's upcast run) go to a float64 copy of the model.
-    `seconds` adds up the time its calls took (device work included): the reference's share of a check, which a
-    candidate cannot inflate. `output_bytes`: the largest output of a native (not float64) call."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
-        self._float64: torch.nn.Module | None = None
-        self._native_float64 = any(t.dtype == torch.float64 for t in [*model.parameters(), *model.buffers()])
-        self.seconds = 0.0
-        self.output_bytes = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            if not self._native_float64 and _has_float64((args, kwargs)):
-                if self._float64 is None:
-                    self._float64 = copy.deepcopy(self.model).to(torch.float64)
-                out = self._float64(*args, **kwargs)
-            else:
-                out = self.model(*args, **kwargs)
-                self.output_bytes = max(self.output_bytes, tensor_bytes(out))
-            if any(t.is_cuda for t in iter_tensors((args, kwargs))):
-                torch.cuda.synchronize()
-            return out
-        finally:
-            self.seconds += time.perf_counter() - started
-
-
-class ModelCall:
-    """A model's forward as a plain callable (the oracle and the benchmark call functions)."""
-
-    def __init__(self, model: Callable[..., Any], *, trusted: bool = False) -> None:
-        self.model = model
-        self.allows_dispatch_poisoning = not trusted
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model(*args, **kwargs)
-
-
-@dataclasses.dataclass
-class ModuleCheck:
-    """Outcome of `check_module_candidate`: `errors` (empty = correct), whether the candidate was built and ran,
-    the failure category, the typed `outcome`, and the seed-`seeds[0]` models and inputs for timing."""
-
-    errors: list[str]
-    built: bool
-    category: str | None = None
-    outcome: Outcome = Outcome.OK
-    reference: ReferenceModel | None = None
-    candidate: ModelCall | None = None
-    inputs: list[Any] | None = None
-    scaled: str | None = None  # why only the first seed was checked (see `check_module_candidate`)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def check_module_candidate(problem: ModuleProblem, build: Callable[[int], Callable[..., Any]],
-                           device: torch.device, kernel_utils: KernelUtils, *, trusted: bool = False,
-                           seeds: Sequence[int] = MODULE_SEEDS) -> ModuleCheck:
-    """Check a module candidate with the oracle on every seed (see the module docstring); stops at the first seed
-    with errors. Never raises for what the candidate does.
-
-    A problem whose forward inputs exceed `LARGE_MODULE_INPUT_BYTES` is checked on its first seed only, on the file's
-    inputs plus the oracle's own fresh draws (no extra normal re-draw): at KernelBench's shipped sizes (6-7.5 GB per
-    input) three seeds of two samples held 130 GB on an H200 and ran out of memory in the reference. A problem whose
-    reference took longer than `SLOW_MODULE_SEED_S` in all on the first seed stops there too, and so does one whose
-    inputs and outputs together exceed that size (`63_conv_standard_2D` writes 8.5 GB from 1 GiB). `scaled` says why
-    ("large inputs", "slow reference", "large outputs"; None when every seed ran) and the record says so."""
-    kept: ModuleCheck | None = None
-    scaled = None
-    for position, seed in enumerate(seeds):
-        reference_model, inputs = problem.instantiate(device, seed)
-        large = tensor_bytes(inputs) > LARGE_MODULE_INPUT_BYTES
-        try:
-            candidate_model = build(seed)
-        except Exception as exc:  # noqa: BLE001 - the candidate could not be built
-            text = _describe(exc)
-            category = "cuda_error" if is_cuda_error(text) else "compile error"
-            return ModuleCheck([f"seed {seed}: building ModelNew raised {text}"], built=False, category=category,
-                               outcome=Outcome.COMPILE_ERROR)
-        reference = ReferenceModel(reference_model)
-        candidate = ModelCall(candidate_model, trusted=trusted)
-        samples = [Sample(tuple(inputs), {})]
-        if not large:
-            samples.append(Sample(tuple(problem.make_inputs(seed, fresh=True, device=device)), {}))
-        errors = kernel_utils.validate(reference, candidate, samples)  # HarnessError: the harness failed
-        del samples
-        if errors:
-            issues = [issue_of(e) for e in errors]
-            return ModuleCheck([e.derive(f"seed {seed}: {e}") for e in issues], built=True,
-                               outcome=outcome_of_issues(issues))
-        slow = reference.seconds > SLOW_MODULE_SEED_S
-        large_outputs = tensor_bytes(inputs) + reference.output_bytes > LARGE_MODULE_INPUT_BYTES
-        if kept is None:
-            kept = ModuleCheck([], built=True, reference=reference, candidate=candidate, inputs=list(inputs))
-        del reference, candidate, reference_model, candidate_model, inputs
-        if (large or slow or large_outputs) and position + 1 < len(seeds):
-            scaled = "large inputs" if large else "slow reference" if slow else "large outputs"
-            break
-    assert kept is not None, "check_module_candidate needs at least one seed"
-    kept.scaled = scaled
-    return kept
-
-
-def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.device, utils: KernelUtils,
+def _evaluate_module(source: EvalSource, problem: ModuleProblem, device: torch.device, judge: Judge,
                      record: dict[str, Any], notes: list[str]) -> None:
+    utils = judge.kernel_utils
     phase = _Phases(record)
     candidate = _candidate(source, lambda: source.module_candidate(problem, device, utils), record)
     record.update(_usage_fields(candidate.usage))
     record["candidate"] = candidate.name or None
-    if candidate.error is not None:
-        record["failure_reason"] = candidate.error
+    if candidate.failure is not None:
+        fail(record, candidate.failure, candidate.error.split(": ", 1)[-1] if candidate.error else "")
         return
     if candidate.build is None:
-        record["failure_reason"] = failure_text("source error", f"{source.name} gave a function candidate (fn) "
-                                                "for a module problem")
+        fail(record, Failure.SOURCE_ERROR, f"{source.name} gave a function candidate (fn) for a module problem")
         return
+    target = ModuleTarget(problem.module_source, str(device))
     with phase("validate"):
-        check = check_module_candidate(problem, candidate.build, device, utils, trusted=candidate.trusted)
-    if not check.ok:
-        if check.category is not None:
-            record["errors"] = [_one_line(e) for e in check.errors[:_KEPT_ERRORS]]
-            record["failure_reason"] = failure_text(check.category, check.errors[0])
-        else:
-            _classify_errors(check.errors, record)
+        verdict = _judge(judge, candidate, target, candidate.build)
+    if not _record_verdict(verdict, record):
         return
-    record["compiled"] = True
-    if check.scaled:
+    if verdict.details.get("oracle_scaled"):
         record["oracle_scaled"] = True
-        if check.scaled == "large inputs":
-            notes.append(f"inputs over {LARGE_MODULE_INPUT_BYTES >> 30} GiB: checked on seed {MODULE_SEEDS[0]} only, "
-                         "without the extra normal re-draw")
-        elif check.scaled == "slow reference":
-            notes.append(f"the reference is slow (over {SLOW_MODULE_SEED_S:g} s of reference time on seed "
-                         f"{MODULE_SEEDS[0]}): checked on seed {MODULE_SEEDS[0]} only")
-        else:
-            notes.append(f"inputs and outputs over {LARGE_MODULE_INPUT_BYTES >> 30} GiB: checked on seed "
-                         f"{MODULE_SEEDS[0]} only")
-    assert check.candidate is not None and check.reference is not None and check.inputs is not None
-    pass_samples = [Sample(tuple(check.inputs), {})]
+        notes.append(str(verdict.details.get("note") or verdict.details["oracle_scaled"]))
+    seed = target.seeds[0]
     with phase("timing"):
+        reference_model, inputs = problem.instantiate(device, seed)
         try:
-            timed = utils.benchmark(check.candidate, pass_samples, reference=check.reference)
+            model = ModelCall(candidate.build(seed), trusted=candidate.trusted)
+        except Exception as exc:  # noqa: BLE001 - it was built for the verdict: a failure now is the candidate's
+            _fail_exception(record, Failure.BENCHMARK_ERROR, exc)
+            return
+        pass_samples = [Sample(tuple(inputs), {})]
+        try:
+            timed = judge.time(model, pass_samples, reference=ReferenceModel(reference_model))
         except SpotCheckError as exc:  # a timed forward's output differs from Model's
-            record["failure_reason"] = failure_text("incorrect", str(exc))
+            fail(record, Failure.MISMATCH, str(exc))
             return
         except Exception as exc:  # noqa: BLE001
-            record["failure_reason"] = _exception_reason("benchmark error", exc)
+            _fail_exception(record, Failure.BENCHMARK_ERROR, exc)
             return
         record["correct"] = True
-        eager = _time(utils, check.reference.model, pass_samples, "eager", notes)
+        eager = _time(utils, reference_model, pass_samples, "eager", notes)
         compiled = None
         try:
-            compiled_model = torch.compile(check.reference.model)
+            compiled_model = torch.compile(reference_model)
             compiled = _time(utils, compiled_model, pass_samples, "torch.compile", notes)
         except Exception as exc:  # noqa: BLE001
             notes.append(failure_text("torch.compile not timed", _describe(exc)))
-        graphed = _graphed_eager(utils, check.reference.model, pass_samples, device, notes)
+        graphed = _graphed_eager(utils, reference_model, pass_samples, device, notes)
     _fill_timings(record, timed, eager, compiled, 1.0, graphed)

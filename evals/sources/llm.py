@@ -3,12 +3,15 @@ eval source.
 
 Function problems: `generator.prepare(function, samples)`, then `generator.submit(function, samples).result()`;
 a result with a ready `provider` is the candidate, its `usage` (prompt/completion tokens, cost, attempts) goes into
-the record. Module problems: `generator.generate_module(task, evaluate)` with an `agent.prompting.ModuleTask`;
-each `ModelNew` the LLM writes is checked by `evaluate` in a child process (`evals.sources.isolated`), with the
-same oracle as the final evaluation, so a candidate that crashes only costs that attempt. A correct `ModelNew` is
-then timed in the same child against the reference `Model` (one forward pass on `get_inputs()`, `KernelUtils.benchmark`
-in the eval's timing mode), so the generator's optimize rounds tell the model its speed and keep the fastest correct
-`ModelNew`, exactly as for function kernels.
+the record. Module problems: `generator.generate_module(task, target)` with an `agent.prompting.ModuleTask` (what
+the prompts show) and a `forge.judging.ModuleTarget` (what the judge checks): each `ModelNew` the LLM writes runs in
+the judge's sandbox child, `Model` and the oracle in the generator's process, so a candidate that crashes only costs
+that attempt and never shares a process with its verdict. A correct `ModelNew` is then timed in the child against
+`Model` (one forward pass on `get_inputs()`, in the eval's timing mode), so the generator's optimize rounds tell the
+model its speed and keep the fastest correct `ModelNew`, exactly as for function kernels.
+
+Either way the candidate handed to the eval carries its code (`Candidate.code`): the eval's own verdict is the
+judge's, in the sandbox, before the candidate is imported here for timing.
 
 The generator is built in each worker (`setup`), with its kernel cache off (an eval measures generation, not the
 cache) and its artifacts under the run folder. `agent` is imported lazily, so `evals` works without it.
@@ -27,28 +30,26 @@ import datetime as _dt
 import logging
 import os
 import shutil
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from evals.failures import Failure
 from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
-from evals.sources.evaluation import MODULE_SEEDS, ModuleCheck, check_module_candidate, failure_text
-from evals.sources.isolated import run_isolated
 from forge.atomic import write_text_atomic
 from forge.checking import KernelUtils
-from forge.outcome import CandidateCall, HarnessError, Outcome, issue_of
+from forge.judging import CandidateCode, ModuleTarget
+from forge.outcome import Outcome
 from forge.provider import KernelGenerator
 from forge.samples import Sample
 
-__all__ = ["DEFAULT_MODULE_CHECK_TIMEOUT_S", "LLMSource", "module_verdict"]
+__all__ = ["LLMSource"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODULE_CHECK_TIMEOUT_S = 600.0
 _PARTS_SUFFIX = ".parts"
 
 
@@ -67,56 +68,11 @@ def _import_generator_class() -> type:
     return cls
 
 
-def module_verdict(problem: ModuleProblem, source: str, device: str, kernel_utils: KernelUtils,
-                   seeds: tuple[int, ...] = MODULE_SEEDS, *, timed: bool = True) -> dict[str, Any]:
-    """Check one `ModelNew` source with the oracle (run in a child process by `LLMSource`); a JSON-safe verdict
-    `{"status": "ok" | "compile_error" | "runtime_error" | "mismatch" | "harness_error", "message": ...,
-    "errors": [...], "issues": [...]}` (`issues`: the oracle's `ValidationIssue.to_dict()`s, for the fix prompt's
-    mismatch table). A correct candidate is then timed (`timed`): `latency_ms` / `baseline_ms` are the
-    `BenchmarkResult.to_dict()` of one forward pass of `ModelNew` and of the reference `Model` on `get_inputs()`,
-    by `kernel_utils.benchmark` (its timing mode), as the eval times them; they feed the optimize rounds."""
-    target = torch.device(device)
-    try:
-        check = check_module_candidate(
-            problem, lambda seed: problem.instantiate_candidate(source, target, seed), target, kernel_utils,
-            seeds=seeds)
-    except HarnessError as exc:  # the reference failed (or ran out of memory): not the candidate's fault
-        return {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {exc.reason}", "errors": []}
-    if check.ok:
-        verdict = {"status": Outcome.OK.value, "message": "ModelNew matches Model on every seed", "errors": []}
-        return {**verdict, **_module_timing(check, kernel_utils)} if timed else verdict
-    issues = [issue_of(e).to_dict() for e in check.errors[:8]]
-    return {"status": check.outcome.value, "message": check.errors[0], "errors": [str(e) for e in check.errors[:8]],
-            "issues": issues}
-
-
-def _module_timing(check: ModuleCheck, kernel_utils: KernelUtils) -> dict[str, Any]:
-    """`latency_ms` / `baseline_ms` of a correct candidate (see `module_verdict`). A candidate that raises while
-    timed (in device mode: one that cannot be captured in a CUDA graph) fails as a `runtime_error`, as the eval's
-    `benchmark error` fails it; a reference that cannot be timed only leaves `baseline_ms` None."""
-    assert check.candidate is not None and check.reference is not None and check.inputs is not None
-    samples = [Sample(tuple(check.inputs), {})]
-    try:
-        latency = kernel_utils.benchmark(CandidateCall(check.candidate), samples)
-    except Exception as exc:  # noqa: BLE001 - the candidate's failure, reported to the model
-        text = f"{type(exc).__name__}: {exc}"
-        return {"status": Outcome.RUNTIME_ERROR.value, "message": f"ModelNew is correct but raised while timed: "
-                f"{text.splitlines()[0] if text else ''}", "errors": [f"timing ModelNew raised {text}"],
-                "exception": {"type": type(exc).__name__, "message": str(exc),
-                              "traceback": traceback.format_exc(limit=8)}}
-    try:
-        baseline = kernel_utils.benchmark(check.reference.model, samples).to_dict()
-    except Exception as exc:  # noqa: BLE001 - no baseline: the candidate is still correct
-        logger.info("the reference Model could not be timed: %s: %s", type(exc).__name__, exc)
-        baseline = None
-    return {"latency_ms": latency.to_dict(), "baseline_ms": baseline}
-
-
-def _category(result: Any) -> str:
-    """`harness_error` when the generator says the harness stopped it (its typed `outcome`), else `generation
-    failed`."""
-    return Outcome.HARNESS_ERROR.value if getattr(result, "outcome", None) == Outcome.HARNESS_ERROR else \
-        "generation failed"
+def _failure(result: Any) -> Failure:
+    """`harness_error` when the generator says the harness stopped it (its typed `outcome`), else
+    `generation_failed`."""
+    return Failure.HARNESS_ERROR if getattr(result, "outcome", None) == Outcome.HARNESS_ERROR else \
+        Failure.GENERATION_FAILED
 
 
 class LLMSource(EvalSource):
@@ -125,15 +81,13 @@ class LLMSource(EvalSource):
     `config`: an `agent.llm.LLMConfig` (model, endpoint, cassette...); None reads it from the environment.
     `generator_factory`: builds the `forge.KernelGenerator` in each worker instead of `agent.LLMKernelGenerator`
     (must be picklable: a module-level function or class). `generator_options`: keyword arguments for
-    `LLMKernelGenerator` (e.g. `candidates`, `attempts`, `optimize_rounds`). `generation_timeout_s`: give up on
-    one problem's generation after this long (recorded as `timeout`). `screen_modules=False` skips the static
-    screening of generated `ModelNew` files (UNSAFE: for tests of the checker with plain-PyTorch candidates).
+    `LLMKernelGenerator` (e.g. `candidates`, `attempts`, `optimize_rounds`, `judge_options`).
+    `generation_timeout_s`: give up on one problem's generation after this long (recorded as `timeout`).
     """
 
     def __init__(self, config: Any = None, *, generator_factory: Callable[[], KernelGenerator] | None = None,
-                 generator_options: Mapping[str, Any] | None = None, generation_timeout_s: float | None = None,
-                 module_check_timeout_s: float = DEFAULT_MODULE_CHECK_TIMEOUT_S,
-                 screen_modules: bool = True) -> None:
+                 generator_options: Mapping[str, Any] | None = None,
+                 generation_timeout_s: float | None = None) -> None:
         if config is None and generator_factory is None:
             from agent.llm import LLMConfig
 
@@ -145,8 +99,6 @@ class LLMSource(EvalSource):
         self.generator_factory = generator_factory
         self.generator_options = dict(generator_options or {})
         self.generation_timeout_s = generation_timeout_s
-        self.module_check_timeout_s = module_check_timeout_s
-        self.screen_modules = screen_modules
         self.artifacts_dir: Path | None = None
         self._run_token = ""
         self._generator: KernelGenerator | None = None
@@ -238,67 +190,42 @@ class LLMSource(EvalSource):
         self.setup(device, kernel_utils)
         generator = self.generator
         if not generator.prepare(problem.function, samples):
-            return Candidate.failed(failure_text("unsupported", f"{generator.name} cannot write {problem.function} "
-                                                 f"for these calls on {device}"))
+            return Candidate.failed(Failure.UNSUPPORTED, f"{generator.name} cannot write {problem.function} for "
+                                    f"these calls on {device}")
         future = generator.submit(problem.function, samples)
         try:
             result = future.result(timeout=self.generation_timeout_s)
         except cf.TimeoutError:
             generator.cancel()
-            return Candidate.failed(failure_text("timeout", f"generation took more than {self.generation_timeout_s:g}"
-                                                 " s and was cancelled"))
+            return Candidate.failed(Failure.TIMEOUT, f"generation took more than {self.generation_timeout_s:g} s and "
+                                    "was cancelled")
         usage = dict(result.usage or {})
         if result.error is not None or result.provider is None:
-            return Candidate.failed(failure_text(_category(result), result.error or "no provider"), usage)
-        return Candidate(name=result.provider.name, fn=result.provider, usage=usage)
+            return Candidate.failed(_failure(result), result.error or "no provider", usage)
+        code = getattr(result.provider, "candidate_code", lambda: None)()
+        return Candidate(name=result.provider.name, fn=result.provider, usage=usage, code=code)
 
     def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
         self.setup(device, kernel_utils)
         generator = self.generator
         generate = getattr(generator, "generate_module", None)
         if not callable(generate):
-            return Candidate.failed(failure_text("unsupported", f"{generator.name} cannot write whole modules "
-                                                 "(no generate_module)"))
+            return Candidate.failed(Failure.UNSUPPORTED, f"{generator.name} cannot write whole modules (no "
+                                    "generate_module)")
+        from agent.languages import get_language
         from agent.prompting import ModuleTask
 
         languages = [language.name for language in getattr(generator, "languages", ())]
         if languages and "triton" not in languages:
-            return Candidate.failed(failure_text("unsupported", f"KernelBench module problems are written in Triton; "
-                                                 f"--language {','.join(languages)} covers function problems only"))
+            return Candidate.failed(Failure.UNSUPPORTED, f"KernelBench module problems are written in Triton; "
+                                    f"--language {','.join(languages)} covers function problems only")
         task = ModuleTask.from_source(problem.source, name=problem.name or "Model", device=device)
-
-        def evaluate(source: str) -> Any:
-            return self._verdict(problem, source, device, kernel_utils)
-
-        result = generate(task, evaluate)
+        result = generate(task, ModuleTarget(problem.module_source, str(device)))
         usage = dict(getattr(result, "usage", None) or {})
         if getattr(result, "attempts", None) is not None:
             usage.setdefault("attempts", result.attempts)
         if result.error is not None or result.source is None:
-            return Candidate.failed(failure_text(_category(result), result.error or "no ModelNew"), usage)
+            return Candidate.failed(_failure(result), result.error or "no ModelNew", usage)
         code = result.source
         return Candidate(name="ModelNew (LLM)", build=lambda seed: problem.instantiate_candidate(code, device, seed),
-                         usage=usage)
-
-    def _verdict(self, problem: ModuleProblem, source: str, device: torch.device, kernel_utils: KernelUtils) -> Any:
-        """One generated `ModelNew` checked in a child process, as an `agent.sandbox.SandboxResult`."""
-        from agent.languages import get_language
-        from agent.sandbox import SandboxResult
-
-        violations = get_language("triton").screen_module(source) if self.screen_modules else []
-        if violations:  # nothing runs: the same static bans as function kernels
-            return SandboxResult(status="forbidden", message=f"screening refused {len(violations)} construct(s)",
-                                 details={"violations": [v.to_dict() for v in violations], "phase": "screening"})
-        outcome = run_isolated(module_verdict, problem, source, str(device), kernel_utils,
-                               timeout_s=self.module_check_timeout_s)
-        if outcome.status == "ok":
-            verdict = outcome.value
-            details = {"errors": verdict["errors"], "issues": verdict.get("issues", []), "phase": "module check"}
-            if verdict.get("exception") is not None:
-                details["exception"] = verdict["exception"]
-            return SandboxResult(status=verdict["status"], message=verdict["message"], details=details,
-                                 latency_ms=verdict.get("latency_ms"), baseline_ms=verdict.get("baseline_ms"))
-        # "error": module_verdict itself raised, outside the candidate's contained calls: the harness failed
-        status = {"error": Outcome.HARNESS_ERROR.value, "crash": "crash", "timeout": "timeout"}[outcome.status]
-        return SandboxResult(status=status, message=outcome.message.splitlines()[0] if outcome.message else status,
-                             details={"phase": "module check", "stderr_tail": outcome.message[-2000:]})
+                         usage=usage, code=CandidateCode(code, get_language("triton")))

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from evals.failures import Failure
 from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
-from evals.sources.evaluation import failure_text
 from forge.checking import KernelUtils
 from forge.provider import KernelProvider
 from forge.samples import Sample
@@ -148,17 +148,16 @@ class ProviderSource(EvalSource):
         try:
             providers = self.providers_for(problem.function)
         except Exception as exc:  # noqa: BLE001 - a factory that fails is a compile error of the source
-            return Candidate.failed(failure_text("compile error", f"{type(exc).__name__}: {exc}"))
+            return Candidate.failed(Failure.COMPILE_ERROR, f"{type(exc).__name__}: {exc}")
         if not providers:
-            return Candidate.failed(failure_text("unsupported",
-                                                 f"{self.name} has no provider for F.{problem.function}"))
+            return Candidate.failed(Failure.UNSUPPORTED, f"{self.name} has no provider for F.{problem.function}")
         reasons = []
         for provider in providers:
             if provider.prepare(samples):
                 trusted = not getattr(provider, "allows_dispatch_poisoning", True)
                 return Candidate(name=provider.name, fn=provider, trusted=trusted)
             reasons.append(f"{provider.name}: {self._refusal(provider, samples)}")
-        return Candidate.failed(failure_text("unsupported", "; ".join(reasons)))
+        return Candidate.failed(Failure.UNSUPPORTED, "; ".join(reasons))
 
     @staticmethod
     def _refusal(provider: KernelProvider, samples: list[Sample]) -> str:
@@ -174,4 +173,4 @@ class ProviderSource(EvalSource):
         return "refused these calls (see the INFO log)"
 
     def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
-        return Candidate.failed(failure_text("unsupported", f"{self.name} provides F functions, not whole modules"))
+        return Candidate.failed(Failure.UNSUPPORTED, f"{self.name} provides F functions, not whole modules")

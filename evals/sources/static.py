@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from evals.failures import Failure
 from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
-from evals.sources.evaluation import compile_baseline, failure_text
+from evals.sources.evaluation import compile_baseline
 from forge.checking import KernelUtils
 from forge.samples import Sample
 
@@ -37,8 +38,8 @@ class CompileSource(EvalSource):
                            kernel_utils: KernelUtils) -> Candidate:
         provider = compile_baseline(problem.function)
         if not provider.prepare(samples):
-            return Candidate.failed(failure_text("compile error", f"torch.compile({problem.function}) failed on "
-                                                 "these calls (see the INFO log)"), name=provider.name)
+            return Candidate.failed(Failure.COMPILE_ERROR, f"torch.compile({problem.function}) failed on these calls "
+                                    "(see the INFO log)", name=provider.name)
         return Candidate(name=provider.name, fn=provider, trusted=True)
 
     def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
@@ -88,16 +89,16 @@ class SDPASource(EvalSource):
         from forge.providers import TorchSDPAProvider
 
         if problem.function != "scaled_dot_product_attention":
-            return Candidate.failed(failure_text(
-                "unsupported", f"{self.name} only provides scaled_dot_product_attention, not {problem.function}"))
+            return Candidate.failed(Failure.UNSUPPORTED, f"{self.name} only provides scaled_dot_product_attention, "
+                                    f"not {problem.function}")
         tried = []
         for backend in (self.backend,) if self.backend is not None else SDPA_BACKENDS:
             provider = TorchSDPAProvider(backend)
             if provider.prepare(samples):
                 return Candidate(name=provider.name, fn=provider)
             tried.append(provider.name)
-        return Candidate.failed(failure_text("unsupported", f"{' / '.join(tried)} rejected these calls "
-                                             f"(shape, dtype, mask or device) on {device}"))
+        return Candidate.failed(Failure.UNSUPPORTED, f"{' / '.join(tried)} rejected these calls (shape, dtype, mask "
+                                f"or device) on {device}")
 
     def module_candidate(self, problem: ModuleProblem, device: torch.device, kernel_utils: KernelUtils) -> Candidate:
-        return Candidate.failed(failure_text("unsupported", f"{self.name} does not rewrite whole modules"))
+        return Candidate.failed(Failure.UNSUPPORTED, f"{self.name} does not rewrite whole modules")

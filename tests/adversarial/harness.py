@@ -1,7 +1,7 @@
 """Push each corpus kernel through the path an LLM reply takes, and say how that path ended.
 
 WHY this path. In production a generated kernel is a reply of the model: `LLMKernelGenerator` extracts the code,
-screens it, runs it in the sandbox (`agent.sandbox`, through its `SandboxPool`), imports the sandbox-approved source
+screens it, runs it in the sandbox (`forge.sandbox`, through its `SandboxPool`), imports the sandbox-approved source
 into the kforge process as a `GeneratedKernelProvider`, and `KernelOptimizer.make_plan` validates it again in
 process, times it against PyTorch and may select it. The corpus uses exactly that code: a scripted LLM client
 replies with the corpus file (the only stand-in), and `make_plan` runs on a one-call module. Whatever defence

@@ -429,7 +429,7 @@ def test_fix_prompt_headline_names_the_language_compiler() -> None:
 
 
 def test_sandbox_caches_are_triton_then_the_languages_own(monkeypatch, tmp_path: Path) -> None:
-    from agent.sandbox.environment import sandbox_caches
+    from forge.sandbox.environment import sandbox_caches
 
     monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path))
     assert sandbox_caches(CUDA) == [tmp_path / "triton", tmp_path / "cuda"]
@@ -444,8 +444,8 @@ def test_a_child_inside_the_boundary_loads_the_parents_prebuilt_cubin(monkeypatc
     import shutil
 
     from agent.languages.cuda import toolchain as toolchain_module
-    from agent.sandbox.environment import child_environment, sandbox_caches
-    from agent.sandbox.isolation import IsolationLevel, bwrap_command, resolve_isolation
+    from forge.sandbox.environment import child_environment, sandbox_caches
+    from forge.sandbox.isolation import IsolationLevel, bwrap_command, resolve_isolation
 
     if shutil.which("bwrap") is None or resolve_isolation("auto", allow_unsafe=True).level is not \
             IsolationLevel.BOUNDARY:
@@ -539,21 +539,21 @@ def test_cuda_launches_replay_in_a_cuda_graph(tmp_path: Path) -> None:
 @pytest.mark.cuda
 @needs_gpu
 def test_cuda_candidates_run_through_the_sandbox_and_a_fault_ends_only_the_child() -> None:
-    from agent.sandbox import run_candidate
     from forge.checking import KernelUtils
     from forge.samples import Sample
+    from tests.sandbox_run import judge_file
 
     fast = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
     samples = [Sample((torch.randn(64, 4096, device="cuda"), (4096,)), {})]
-    ok = run_candidate(RMS_NORM_FILE, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
+    ok = judge_file(RMS_NORM_FILE, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
                        allow_unsafe=True)
     assert ok.status == "ok", (ok.message, ok.details, ok.stderr)
     faulting = RMS_NORM_FILE.replace("store(yr + i, v);", "store(yr + i + (1ll << 40), v);")
-    bad = run_candidate(faulting, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
+    bad = judge_file(faulting, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
                         allow_unsafe=True, benchmark=False)
     assert bad.status in {"runtime_error", "crash"}, (bad.message, bad.details)
     broken = RMS_NORM_FILE.replace("rsqrtf(", "rsqrtf_missing(")
-    failed = run_candidate(broken, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
+    failed = judge_file(broken, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
                            allow_unsafe=True, benchmark=False)
     assert failed.status == "compile_error", (failed.message, failed.details)
     assert "rsqrtf_missing" in failed.details["compile_log"] and "CUDA_SRC line" in failed.details["compile_log"]

@@ -176,16 +176,16 @@ def test_real_cuda_launches_are_counted_and_a_pytorch_fallback_is_refused(monkey
 @pytest.mark.cuda
 @needs_gpu
 def test_sandbox_refuses_a_cuda_candidate_whose_result_pytorch_computed() -> None:
-    from agent.sandbox import run_candidate
     from forge.checking import KernelUtils
     from forge.samples import Sample
+    from tests.sandbox_run import judge_file
 
     fast = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
     samples = [Sample((torch.randn(64, 1, device="cuda"), (1,)), {})]
-    honest = run_candidate(RMS_NORM_FILE, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
+    honest = judge_file(RMS_NORM_FILE, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
                            allow_unsafe=True, benchmark=False)
     assert honest.status == "ok", (honest.message, honest.details)
-    cheat = run_candidate(NO_LAUNCH, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
+    cheat = judge_file(NO_LAUNCH, "rms_norm", samples, language="cuda", kernel_utils=fast, timeout_s=300,
                           allow_unsafe=True, benchmark=False)
     assert cheat.status != "ok"
     assert any("no kernel of the candidate was launched" in e for e in cheat.details.get("errors", ())), cheat.details

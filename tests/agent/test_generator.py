@@ -92,7 +92,7 @@ def test_a_wrong_kernels_fix_prompt_carries_the_mismatch_table_with_the_real_num
 
 
 def test_a_harness_error_ends_the_conversation_without_blaming_the_model(scripted_llm, tmp_path) -> None:
-    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+    from tests.forge.sandbox.harness_faults import FailingReferenceUtils
 
     scripted_llm.push(reply(fenced(SILU_OK)), reply(fenced(SILU_OK)))
     utils = FailingReferenceUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_s=0.01, failure="oom")
@@ -160,8 +160,8 @@ def test_a_generator_holds_several_languages_and_uses_those_that_fit_the_device(
 
 def test_prepare_refuses_before_any_llm_call_when_the_sandbox_boundary_is_missing(tmp_path, monkeypatch) -> None:
     """Without the boundary (and no opt-out) the generator refuses in `prepare`, so no conversation is paid for."""
-    import agent.sandbox.pool as pool_module
-    from agent.sandbox.isolation import SandboxUnavailableError
+    import forge.sandbox.pool as pool_module
+    from forge.sandbox.isolation import SandboxUnavailableError
 
     def unavailable(*args, **kwargs):
         raise SandboxUnavailableError("refusing to run generated code: the sandbox boundary is unavailable (test)")
@@ -296,7 +296,7 @@ def test_a_module_problem_runs_in_the_same_loop_and_an_untimed_verdict_ends_it_a
     """`generate_module` shares the conversation loop: no-code and fix feedback for `ModelNew`, and without a
     measured time (the caller's `evaluate` gives none) there is nothing to optimise, so no optimize round is asked."""
     from agent.prompting import ModuleTask
-    from agent.sandbox import SandboxResult
+    from forge.sandbox import SandboxResult
     from tests.evals.test_runner import MLP, MLP_NEW, MLP_WRONG
 
     def evaluate(code: str) -> SandboxResult:  # a real (in-process) check of ModelNew against Model

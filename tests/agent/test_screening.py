@@ -674,11 +674,83 @@ class _Put:
     ("f = _Put.get", "_Put.get"),
     ("type(_Put()).update(torch.Tensor, None)", "type(...)"),
     ("super(_Put, torch.Tensor).update(None)", "super"),
+    # the class as a value reaches the same unbound methods
+    ("c = _Put\nc.update(torch.Tensor, None)", "_Put"),
+    ("[_Put][0].update(torch.Tensor, None)", "_Put"),
+    ("f = lambda: _Put\nf().update(torch.Tensor, None)", "_Put"),
+    # type(...) beyond a comparison gives the class
+    ("c = type(_Put())\nc.update(torch.Tensor, None)", "type"),
+    ("t = type\nt(_Put()).update(torch.Tensor, None)", "type"),
+    ("m = _Put.mro()", "_Put.mro"),
+    # a rebound super
+    ("s = super\ns(_Put, torch.Tensor).update(None)", "super"),
 ])
 def test_methods_reached_unbound_are_refused(snippet: str, construct: str) -> None:
     """`self` may read and write any attribute only because it is the file's own instance: a method taken from the
-    class (or through type(), super(cls, obj)) runs with any object as self, e.g. patching torch.Tensor.sum."""
+    class (or through type(), super(cls, obj), the class as a value) runs with any object as self, e.g. patching
+    torch.Tensor.sum."""
     assert_refused(with_body(snippet, _PATCHER), construct)
+
+
+_UPDATE = "    def update(self, value):\n        self.sum = value\n"
+
+
+@pytest.mark.parametrize(("header", "snippet", "construct"), [
+    # a method aliased in its class body is the function itself, reachable through the class
+    (f"class _Q:\n{_UPDATE}\n    get = update\n", "_Q.get(torch.Tensor, None)", "_Q.get"),
+    (f"class _Q:\n{_UPDATE}\n    get = update\n", "pass", ".sum"),
+    (f"class _Q:\n{_UPDATE}\n    get = classmethod(lambda cls, o, v: cls.update(o, v))\n",
+     "_Q.get(torch.Tensor, None)", "_Q.get"),
+    # a decorator of the file's own receives the function unbound: no `self` privilege then
+    (f"_REG = []\n\n\ndef _keep(f):\n    _REG.append(f)\n    return f\n\n\nclass _D:\n    @_keep\n{_UPDATE}",
+     "_REG[0](torch.Tensor, None)", ".sum"),
+    # a staticmethod's first parameter is any argument
+    ("class _S:\n    @staticmethod\n    def get(obj):\n        return obj.get_capture_scope()\n",
+     "scope = _S.get(_relu_kernel)", ".get_capture_scope"),
+    # hooks Python calls with the class
+    (f"class _P:\n{_UPDATE}\n    def __init_subclass__(cls):\n        cls.update(torch.Tensor, None)\n",
+     "pass", "__init_subclass__"),
+    (f"class _P:\n{_UPDATE}\n    def __new__(cls):\n        return cls.update(torch.Tensor, None)\n", "pass",
+     "__new__"),
+    (f"class _P:\n{_UPDATE}\n    def __class_getitem__(cls, item):\n        return cls.update(item, None)\n",
+     "pass", "__class_getitem__"),
+    ("class _P:\n    def __get__(self, obj, owner):\n        return owner\n", "pass", "__get__"),
+    ("class _M(type):\n    pass\n", "pass", "type"),
+    ("class _Meta:\n    pass\n\n\nclass _P(metaclass=_Meta):\n    pass\n", "pass", "metaclass"),
+    ("_SEEN = []\n\n\ndef _keep(c):\n    _SEEN.append(c)\n    return c\n\n\n@_keep\nclass _P:\n    pass\n", "pass",
+     "@_keep"),
+    # a str subclass's self has .format (and a computed base may be torch.Tensor)
+    ("class _S(str):\n    def leak(self, f):\n        return self.format(f)\n", "pass", ".format"),
+    # through the class, __init__ is unbound too
+    ("class _I:\n    def __init__(self, v=None):\n        self.sum = v\n", "_I.__init__(torch.Tensor, print)",
+     "_I.__init__"),
+    # a classmethod made by a call, reached through an instance
+    (f"class _Q:\n{_UPDATE}\n    get = classmethod(lambda cls, o, v: cls.update(o, v))\n",
+     "_Q().get(torch.Tensor, None)", "classmethod"),
+    # == / in call the other operand's __eq__ with the class
+    ("class _E:\n    def __eq__(self, other):\n        return other.update(torch.Tensor, None)\n",
+     "ok = _E() == _Put", "_Put"),
+    ("class _E:\n    def __eq__(self, other):\n        return other.update(torch.Tensor, None)\n",
+     "ok = type(_Put()) == _E()", "type"),
+    # a class inside a class is the class itself as `self.Inner`
+    ("class _O:\n    class Inner:\n        pass\n", "pass", "Inner"),
+    # what `self.x` holds is not the file's own: no privilege past the first attribute
+    ("class _H:\n    def __init__(self):\n        self.k = _relu_kernel\n\n    def get(self):\n"
+     "        return self.k.get_capture_scope()\n", "s = _H().get()", ".get_capture_scope"),
+    ("class _H:\n    def __init__(self):\n        self.t = torch.Tensor\n        self.t.sum = print\n", "h = _H()",
+     ".sum"),
+    ("class _H:\n    def __init__(self):\n        self.k = _relu_kernel\n        self.k.fn = print\n", "h = _H()",
+     ".fn"),
+    ("def _base():\n    return torch.Tensor\n\n\nclass _L(_base()):\n    pass\n", "pass", "_base()"),
+])
+def test_ways_to_get_a_method_or_class_unbound_are_refused(header: str, snippet: str, construct: str) -> None:
+    assert_refused(with_body(snippet, _PATCHER + "\n\n" + header if "_Put" in snippet else header), construct)
+
+
+def test_class_constants_and_static_methods_are_readable_through_the_class() -> None:
+    source = with_body("n = _Put.LIMIT\nb = _Put.block(n)\nok = isinstance(_Put(), _Put) and type(x) is not _Put",
+                       _PATCHER)
+    assert screen_source(source, "relu", "triton") == []
 
 
 def test_a_classmethod_is_refused_and_bound_calls_pass() -> None:

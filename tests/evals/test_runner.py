@@ -466,7 +466,7 @@ def test_records_frame_is_a_dataframe_with_metric_columns(tmp_path) -> None:
 @pytest.mark.parametrize(("failure", "out_of_memory"), [("raise", False), ("oom", True), ("memory_error", True)])
 def test_a_failing_reference_is_a_harness_error_not_incorrect(failure: str, out_of_memory: bool) -> None:
     from evals.sources.evaluation import evaluate_problem
-    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+    from tests.forge.sandbox.harness_faults import FailingReferenceUtils
 
     utils = FailingReferenceUtils(fresh_inputs_per_sample=0, warmup=1, rounds=3, min_run_time_s=0.0, failure=failure)
     record = evaluate_problem(ScriptedSource(), _smoke("smoke.relu")[0], 0, "cpu", kernel_utils=utils)

@@ -244,7 +244,7 @@ def test_verify_stops_a_spinning_kernel_in_the_sandbox(tmp_path, monkeypatch) ->
 
 
 def test_verify_refuses_to_run_a_generated_kernel_without_the_sandbox(tmp_path, monkeypatch) -> None:
-    from agent.sandbox.isolation import UNSAFE_ENV, reset_probes
+    from forge.sandbox.isolation import UNSAFE_ENV, reset_probes
 
     path = _generated_plan(tmp_path / "plan.json")
     started = _spy_child(monkeypatch)

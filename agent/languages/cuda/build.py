@@ -44,6 +44,14 @@ def default_cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "kforge" / "cuda"
 
 
+def shared_cubin(key: str) -> Path | None:
+    """A cubin the parent's build pool compiled, in `$KFORGE_CUDA_SHARED_CACHE` (a sandbox child reads it there,
+    read-only; it never writes that folder), or None."""
+    shared = os.environ.get("KFORGE_CUDA_SHARED_CACHE")
+    path = Path(shared) / "cubin" / f"{key}.cubin" if shared else None
+    return path if path is not None and path.is_file() and path.stat().st_size > 0 else None
+
+
 def compile_text(cuda_source: str) -> str:
     """The exact text every backend compiles for `cuda_source`."""
     return PRELUDE + cuda_source
@@ -133,8 +141,9 @@ def build_cubin(cuda_source: str, toolchain: Toolchain, cache_dir: str | os.Path
     key = build_key(cuda_source, toolchain)
     path = folder / "cubin" / f"{key}.cubin"
     start = time.perf_counter()
-    if path.is_file() and path.stat().st_size > 0:
-        return Build(key, path, toolchain, time.perf_counter() - start, cached=True)
+    found = shared_cubin(key) or (path if path.is_file() and path.stat().st_size > 0 else None)
+    if found is not None:
+        return Build(key, found, toolchain, time.perf_counter() - start, cached=True)
     options = compile_options(toolchain)
     text = compile_text(cuda_source)
     cubin = _nvrtc_compile(text, options) if toolchain.backend == "nvrtc" else _nvcc_compile(text, options)

@@ -3,7 +3,7 @@
 Everything the rest of the agent needs from the language is here (the seam of issue 12): prompt fragments and the
 example file (`prompt_fragments()`), reply fences (`fence_tags`, `extract_reply`), screening (`screen`), the
 toolchain fingerprint (`toolchain_key()` for cache keys, `environment()` for the plan), the sandbox child's
-environment (`child_environment`, `sandbox_cache_dir`), the build step (`build`, `build_pool`, and
+environment (`child_environment`, `shared_caches`), the build step (`build`, `build_pool`, and
 `candidate_build_pool`, which the generator uses to compile screened candidates on CPU threads before they queue for
 the GPU sandbox), the loader (`load`, inherited: importing the file runs `load_cuda(CUDA_SRC)`, which fetches the
 cubin from the build cache or compiles it) and the run-time launch check (`launch_monitor`: the same rules as
@@ -105,7 +105,7 @@ class CudaLanguage(KernelLanguage):
         """The run-time launch check (`forge.checking.launch_check`): counts launches of the candidate's own
         `extern "C" __global__` kernels (`kernels.k[grid, block](...)` on the `load_cuda` handle; the runtime's
         launch observer, `runtime.install_launch_counting`) and records the ATen ops the candidate's Python runs; ops
-        made by the harness's runtime (`agent.languages`, `agent.sandbox`) are not the candidate's. So a launcher
+        made by the harness's runtime (`agent.languages`, `forge.sandbox`) are not the candidate's. So a launcher
         that launches nothing and returns PyTorch's result, or lets PyTorch compute beside a launch, is refused like
         a Triton one. Installs the counting observer (imports torch); call it before loading the candidate."""
         from agent.languages.cuda.runtime import install_launch_counting
@@ -131,14 +131,14 @@ class CudaLanguage(KernelLanguage):
         return self.toolchain(arch).to_dict()
 
     # ------------------------------------------------------------------------------------------ sandbox
-    def child_environment(self, device_type: str) -> dict[str, str]:
-        """The sandbox's own build cache (never the parent's, which the parent loads cubins from), and the parent's
-        toolchain pinned so the child computes the same build keys as the parent's `build_pool` (it then loads the
-        precompiled cubin without needing a compiler inside the sandbox)."""
-        from agent.sandbox.isolation import sandbox_cache_dir
-
-        cache = sandbox_cache_dir() / "cuda"
-        env = {"KFORGE_CUDA_CACHE": str(cache), "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions")}
+    def child_environment(self, device_type: str, scratch: Path) -> dict[str, str]:
+        """The child's own build cache in its scratch (what it compiles dies with it), the shared cache of cubins
+        the parent's build pool compiled (`shared_caches`, read-only inside the boundary, looked up first), and the
+        parent's toolchain pinned so the child computes the same build keys as the parent's `build_pool` (it then
+        loads the precompiled cubin without needing a compiler inside the sandbox)."""
+        cache = scratch / "cuda"
+        env = {"KFORGE_CUDA_CACHE": str(cache), "KFORGE_CUDA_SHARED_CACHE": str(self.shared_cache()),
+               "TORCH_EXTENSIONS_DIR": str(cache / "torch_extensions")}
         for name in ("KFORGE_CUDA_BACKEND", "KFORGE_NVRTC_LIBRARY"):
             if os.environ.get(name):
                 env[name] = os.environ[name]
@@ -150,10 +150,17 @@ class CudaLanguage(KernelLanguage):
             env[TOOLCHAIN_ENV] = chain.to_json()
         return env
 
-    def sandbox_cache_dir(self) -> Path:
-        from agent.sandbox.isolation import sandbox_cache_dir
+    @staticmethod
+    def shared_cache() -> Path:
+        """Where this process's build pool puts cubins for sandbox children (created)."""
+        from forge.sandbox.isolation import sandbox_cache_dir
 
-        return sandbox_cache_dir() / "cuda"
+        folder = sandbox_cache_dir() / "cuda"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def shared_caches(self) -> list[Path]:
+        return [self.shared_cache()]
 
     # ------------------------------------------------------------------------------------------ build
     def build(self, source: str, *, arch: str | None = None, cache_dir: str | os.PathLike | None = None) -> Build:
@@ -165,12 +172,12 @@ class CudaLanguage(KernelLanguage):
     def build_pool(self, *, arch: str | None = None, cache_dir: str | os.PathLike | None = None,
                    max_workers: int | None = None) -> CandidateBuildPool:
         """A thread pool that compiles candidate files while the GPU checks others. Pass `cache_dir=
-        self.sandbox_cache_dir()` so sandbox children find the cubins."""
+        self.shared_cache()` so sandbox children find the cubins."""
         return CandidateBuildPool(BuildPool(self._cubin_toolchain(arch), cache_dir or default_cache_dir(),
                                             max_workers))
 
     def candidate_build_pool(self) -> CandidateBuildPool | None:
-        """The build pool whose cubins sandbox children load (`sandbox_cache_dir()`, this process's toolchain, which
+        """The build pool whose cubins sandbox children load (`shared_cache()`, this process's toolchain, which
         `child_environment` pins in the child, so both compute the same build key); None where nothing can be built
         ahead: no GPU arch here, or the `load_inline` backend (its children build torch extensions, not cubins)."""
         if default_backend() == "load_inline":
@@ -181,7 +188,7 @@ class CudaLanguage(KernelLanguage):
             return None
         if chain.arch is None:
             return None
-        return CandidateBuildPool(BuildPool(chain, self.sandbox_cache_dir()))
+        return CandidateBuildPool(BuildPool(chain, self.shared_cache()))
 
     @staticmethod
     def _cubin_toolchain(arch: str | None) -> Toolchain:

@@ -1,7 +1,7 @@
 """File layout of a sandbox run folder, shared by the parent (`runner`) and the child (`child`).
 
 Every file here is written by the parent before the child starts, or is the child's output (stdout, stderr) read
-only as feedback text. There is no result file: the verdict is computed in the parent (`agent.sandbox.harness`).
+only as feedback text. There is no result file: the verdict is computed in the parent (`forge.sandbox.harness`).
 """
 
 from __future__ import annotations

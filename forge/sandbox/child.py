@@ -1,19 +1,27 @@
-"""Sandbox child: `python -m agent.sandbox.child <run folder> <channel fd>` runs one candidate for the harness.
+"""Sandbox child: `python -m forge.sandbox.child <run folder> <channel fd>` runs one candidate for the harness.
 
-The child never judges. It applies the resource limits, loads the job and the benchmark samples (written by the
-parent, read before any candidate code runs), imports the candidate (a failure is a `compile_error`, reported to the
-parent), then serves the parent's requests on the inherited socket (`agent.sandbox.wire`) until told to exit:
+The child never judges. It applies the resource limits, loads the job (written by the parent, read before any
+candidate code runs: a function job's samples, or a module job's trusted problem file, seeds and dtype), imports the
+candidate (a kernel file's entry function, or a `ModelNew` class; a failure is a `compile_error`, reported to the
+parent), then serves the parent's requests on the inherited socket (`forge.sandbox.wire`) until told to exit:
 
+- `build` (module jobs): construct `ModelNew(*get_init_inputs())` under the parent's seed, exactly as the parent
+  builds `Model` (`forge.judging.modules.ModuleSource`); later calls run its forward. A constructor that raises is
+  the candidate's compile error.
 - `call`: run the candidate on the inputs the parent sent, with the parent's run plan (poison the allocator for the
   expected outputs, and when asked run under `PoisonFreshAllocations`); reply with the outputs as data, the input
   storages the call changed, which outputs alias an input of this call, and which output storages the candidate
   still holds from earlier calls (storage tokens), so the parent's oracle sees the same memory identity. A raised
   exception (its `SystemExit` and `KeyboardInterrupt` included) is replied with its classification by the language
   (`compile_error` or `runtime_error`) and the traceback for the fix prompt.
-- `benchmark`: time the candidate and the original function here (the old path); only feedback for the model, as a
-  kernel controls this process and its clocks.
+- `benchmark`: time the candidate and the reference (the original function, or `Model` on the first seed) here;
+  only feedback for the model, as a kernel controls this process and its clocks.
 
-The comparison and the verdict are computed in the parent (`agent.sandbox.harness`), which this process cannot
+A limit of the harness reached while serving (memory, a reply's memory file over RLIMIT_FSIZE, descriptors, a reply
+over what the parent accepts) is replied as `limit`, naming it (`limit_of`): the parent's verdict is then
+`harness_error`, never the candidate's `runtime_error`.
+
+The comparison and the verdict are computed in the parent (`forge.sandbox.harness`), which this process cannot
 write to: a kernel that writes a `result.json`, or patches torch or the comparison code here, changes nothing the
 parent reads. A signal, a hang or an exit mid-call is classified by the parent from how the process ended.
 """
@@ -29,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, read_json
+from forge.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, read_json
 
 __all__ = ["apply_limits", "is_device_fault", "main", "serve"]
 
@@ -126,33 +134,83 @@ def _failure(language: Any, exc: BaseException, tb_text: str | None, phase: str,
 
 @dataclasses.dataclass
 class _Job:
-    """What the child loaded before any candidate code ran."""
+    """What the child loaded before any candidate code ran. Function jobs: the reference function, the samples and
+    their counts. Module jobs: the problem file (`ModuleSource`, trusted), its seeds and dtype."""
 
+    kind: str
     language: Any
-    reference: Callable[..., Any]
     device: str
     utils: Any
-    samples: list[Any]
-    counts: list[int] | None
     max_reply_bytes: int | None
+    reference: Callable[..., Any] | None = None
+    samples: list[Any] = dataclasses.field(default_factory=list)
+    counts: list[int] | None = None
+    problem: Any = None
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    dtype: Any = None
+
+    @property
+    def entry_point(self) -> str | None:
+        """What the candidate file must define: the language's entry function, or `ModelNew` for modules."""
+        return "ModelNew" if self.kind == "module" else None
 
 
 def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
     import torch
 
-    from agent.languages import get_language
     from forge.checking import KernelUtils
-    from forge.functional import original_function
+    from forge.judging.language import language_from_ref
     from forge.samples import Sample
 
     device = job["device"]
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     inputs = torch.load(folder / INPUTS_FILE, weights_only=False)
-    samples = [Sample(tuple(a), dict(k)).clone(device=device) for a, k in inputs["samples"]]
-    return _Job(get_language(job["language"]), original_function(job["function_name"]), device,
-                inputs.get("kernel_utils") or KernelUtils(), samples, inputs.get("counts"),
-                job.get("max_reply_bytes"))
+    loaded = _Job(job.get("kind", "function"), language_from_ref(job["language_ref"]), device,
+                  inputs.get("kernel_utils") or KernelUtils(), job.get("max_reply_bytes"))
+    if loaded.kind == "module":
+        from forge.judging.modules import ModuleSource
+
+        loaded.problem = ModuleSource(inputs["problem_source"], name=inputs.get("problem_name") or "problem")
+        loaded.seeds, loaded.dtype = list(inputs["seeds"]), inputs.get("dtype")
+    else:
+        from forge.functional import original_function
+
+        loaded.reference = original_function(job["function_name"])
+        loaded.samples = [Sample(tuple(a), dict(k)).clone(device=device) for a, k in inputs["samples"]]
+        loaded.counts = inputs.get("counts")
+    return loaded
+
+
+def limit_of(exc: BaseException) -> Any:
+    """The harness limit an exception reports (`forge.judging.verdict.HarnessLimit`), or None: memory (host or
+    device) exhausted under the child's limits, a file (a reply's memory file) over RLIMIT_FSIZE, descriptors over
+    RLIMIT_NOFILE, a reply over what the harness accepts."""
+    import errno
+
+    from forge.judging.verdict import HarnessLimit
+    from forge.outcome import is_memory_exhaustion
+    from forge.sandbox.wire import ReplyTooLarge
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ReplyTooLarge):
+            return HarnessLimit.REPLY_SIZE
+        if isinstance(current, OSError) and current.errno == errno.EFBIG:
+            return HarnessLimit.FILE_SIZE
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return HarnessLimit.OPEN_FILES
+        if is_memory_exhaustion(current):
+            cuda = type(current).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(current)
+            return HarnessLimit.DEVICE_MEMORY if cuda else HarnessLimit.MEMORY
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _limit_reply(limit: Any, exc: BaseException, phase: str) -> dict[str, Any]:
+    return {"op": "limit", "limit": limit.name, "message": f"{type(exc).__name__} during {phase}: {_short(str(exc))}"}
 
 
 def _launch_monitor(language: Any) -> Any:
@@ -173,12 +231,15 @@ def _record_dict(record: Any) -> dict[str, Any] | None:
 
 
 class _Server:
-    """Serves `call` and `benchmark` for one imported candidate (see the module docstring)."""
+    """Serves `call`, `build` (module jobs) and `benchmark` for one imported candidate (see the module docstring).
+    For a module job `loaded` is the `ModelNew` class and the calls run the forward of the model `build` made."""
 
-    def __init__(self, job: _Job, entry: Callable[..., Any], sock: Any, monitor: Any) -> None:
+    def __init__(self, job: _Job, loaded: Callable[..., Any], sock: Any, monitor: Any) -> None:
         from torch.multiprocessing.reductions import StorageWeakRef
 
-        self.job, self.entry, self.sock = job, entry, sock
+        self.job, self.sock = job, sock
+        self.loaded = loaded
+        self.entry: Callable[..., Any] | None = loaded if job.kind != "module" else None
         self.weakref = StorageWeakRef
         self.kept: dict[int, Any] = {}  # token -> weak reference to an output storage sent earlier
         self.held: dict[int, Any] = {}  # input token -> the tensor standing for that parent tensor
@@ -187,7 +248,7 @@ class _Server:
         self.monitor = monitor
 
     def serve(self) -> None:
-        from agent.sandbox import wire
+        from forge.sandbox import wire
 
         while True:
             header, fds = wire.recv_message(self.sock)
@@ -197,6 +258,9 @@ class _Server:
                 return
             if op == "call":
                 reply, out_fds, keep = self.call(header, fds)
+            elif op == "build":
+                wire._close_all(fds)
+                reply, out_fds, keep = self.build(int(header["seed"])), [], None
             elif op == "benchmark":
                 wire._close_all(fds)
                 reply, out_fds, keep = self.benchmark(), [], None
@@ -232,17 +296,24 @@ class _Server:
 
         import torch
 
-        from agent.sandbox import wire
         from forge.checking.expectation import call_quietly, synchronize_devices
         from forge.checking.poison import POISON_LARGE, POISON_NAN, PoisonFreshAllocations, poison_allocator
         from forge.samples import Sample
+        from forge.sandbox import wire
 
+        if self.entry is None:
+            raise RuntimeError("a call before the module was built")
         try:
             specs = header["storages"]
             if len(specs) != len(fds):
                 raise RuntimeError("storage count mismatch")
             storages = [wire.read_storage(fd, int(s["nbytes"]), s["device"])
                         for fd, s in zip(fds, specs, strict=True)]
+        except BaseException as exc:
+            limit = limit_of(exc)
+            if limit is None:
+                raise
+            return _limit_reply(limit, exc, "receiving the inputs"), [], None
         finally:
             wire._close_all(fds)
         for token in header.get("forget") or ():
@@ -278,6 +349,9 @@ class _Server:
                                    f"({', '.join(sorted(running))[:200]}): work deferred to a background thread is "
                                    "neither timed nor finished when the caller reads the output")
         except BaseException as exc:  # noqa: BLE001 - the candidate's failure is reported, the server goes on
+            limit = limit_of(exc)
+            if limit is not None:
+                return _limit_reply(limit, exc, "the call"), [], None
             return self._raised(exc, record, dead), [], None
         outbox = wire.Outbox(known={key: ["in", index] for key, (index, _, _) in before.items()},
                              tokens=self._token, max_bytes=self.job.max_reply_bytes)
@@ -287,6 +361,9 @@ class _Server:
                        if not torch.equal(wire.storage_bytes(storage), old)]
         except BaseException as exc:  # noqa: BLE001 - an output that cannot be sent is the candidate's problem
             outbox.close()
+            limit = limit_of(exc)
+            if limit is not None:  # the harness's own limits (file size, reply size, memory) while sending
+                return _limit_reply(limit, exc, "sending the outputs"), [], None
             return self._raised(exc, record, dead, phase="sending the outputs"), [], None
         reply = {"op": "result", "output": tree, "storages": outbox.storages, "inputs_after": changed,
                  "dead": dead, "launches": _record_dict(record)}
@@ -306,6 +383,46 @@ class _Server:
         return {"op": "raised", "type": type(exc).__name__, "message": _short(str(exc), 1000) + where,
                 "failure": failure, "dead": dead, "launches": _record_dict(record)}
 
+    # -- build (module jobs) ----------------------------------------------------------------------------
+    def _construct(self, seed: int) -> Any:
+        from forge.outcome import candidate_code
+
+        with candidate_code():
+            return self.job.problem.build(self.loaded, self.job.device, seed, dtype=self.job.dtype)
+
+    def build(self, seed: int) -> dict[str, Any]:
+        """`ModelNew(*get_init_inputs())` under `seed` (as the parent builds `Model`); later calls run its forward."""
+        self.entry = None
+        try:
+            self.entry = self._construct(seed)
+        except BaseException as exc:  # noqa: BLE001 - the candidate's constructor failed: reported
+            limit = limit_of(exc)
+            if limit is not None:
+                return _limit_reply(limit, exc, "building ModelNew")
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            failure = _failure(self.job.language, exc, "".join(traceback.format_exception(type(exc), exc, tb)),
+                               "build")
+            failure["status"] = "compile_error"
+            failure["message"] = f"building ModelNew raised {type(exc).__name__}: {_short(str(exc))}"
+            return {"op": "build_failed", "type": type(exc).__name__, "message": failure["message"],
+                    "failure": failure}
+        return {"op": "built"}
+
+    def _pass(self) -> tuple[Callable[..., Any], Callable[..., Any], list[Any]]:
+        """What one timed pass calls: the candidate, the reference and the samples. Module jobs time one forward of
+        `ModelNew` and of `Model` on the first seed's `get_inputs()`, both built here under that seed."""
+        from forge.samples import Sample
+
+        job, utils = self.job, self.job.utils
+        if job.kind == "module":
+            seed = job.seeds[0]
+            reference, inputs = job.problem.instantiate(job.device, seed, dtype=job.dtype)
+            return self._construct(seed), reference, [Sample(tuple(inputs), {})]
+        samples = (utils.benchmark_distribution(list(zip(job.counts, job.samples, strict=True)))
+                   if job.counts else job.samples)
+        assert self.entry is not None
+        return self.entry, job.reference, samples
+
     # -- benchmark --------------------------------------------------------------------------------------
     def benchmark(self) -> dict[str, Any]:
         from forge.checking.benchmarking import NotCapturableError
@@ -316,9 +433,13 @@ class _Server:
         # with the device roofline and host time with the host launch cost (like with like).
         device_benchmark = (dataclasses.replace(utils, timing=TimingMode.DEVICE).benchmark
                             if utils.timing is TimingMode.EAGER and job.device.startswith("cuda") else None)
-        pass_samples = (utils.benchmark_distribution(list(zip(job.counts, job.samples, strict=True)))
-                        if job.counts else job.samples)
-        timed = _Recorder(self.entry)
+        try:
+            entry, reference, pass_samples = self._pass()
+        except BaseException as exc:  # noqa: BLE001 - building ModelNew again failed: the candidate's
+            limit = limit_of(exc)
+            return _limit_reply(limit, exc, "building for timing") if limit is not None else {
+                "op": "benchmark_failed", "failure": _failure(job.language, exc, None, "benchmark")}
+        timed = _Recorder(entry)
         details: dict[str, Any] = {}
         try:
             latency = utils.benchmark(timed, pass_samples)
@@ -329,6 +450,9 @@ class _Server:
                            f"{_short(str(exc.__cause__ or exc))}",
                 "details": {"phase": "benchmark", "not_capturable": True, "exception": _exception_details(exc)}}}
         except BaseException as exc:  # noqa: BLE001
+            limit = limit_of(timed.exception or exc)
+            if limit is not None:
+                return _limit_reply(limit, timed.exception or exc, "benchmark")
             return {"op": "benchmark_failed",
                     "failure": _failure(job.language, timed.exception or exc, timed.traceback or None, "benchmark")}
         if device_benchmark is not None:
@@ -338,7 +462,7 @@ class _Server:
                 details["device_latency_error"] = _short(f"{type(exc).__name__}: {exc}")
         baseline = None
         try:
-            baseline = utils.benchmark(job.reference, pass_samples).to_dict()
+            baseline = utils.benchmark(reference, pass_samples).to_dict()
         except Exception as exc:  # noqa: BLE001 - not the candidate's fault: report, keep the verdict
             details["baseline_error"] = _exception_details(exc)
         return {"op": "benchmark", "latency_ms": latency.to_dict(), "baseline_ms": baseline, "details": details}
@@ -359,7 +483,7 @@ class _watch:  # noqa: N801 - used like a function
 
 def serve(folder: Path, job: dict[str, Any], sock: Any) -> None:
     """Load, import, report readiness (or the import failure), then serve until `exit`."""
-    from agent.sandbox import wire
+    from forge.sandbox import wire
 
     phase_s: dict[str, float] = {}
     start = time.perf_counter()
@@ -368,8 +492,12 @@ def serve(folder: Path, job: dict[str, Any], sock: Any) -> None:
     start = time.perf_counter()
     monitor = _launch_monitor(loaded.language)  # before the import: it installs the language's launch hooks
     try:
-        entry = loaded.language.load(folder / job["source_file"], MODULE_NAME)
+        entry = loaded.language.load(folder / job["source_file"], MODULE_NAME, loaded.entry_point)
     except BaseException as exc:  # noqa: BLE001 - anything at import is the candidate's compile failure
+        limit = limit_of(exc)
+        if limit is not None:
+            wire.send_message(sock, {**_limit_reply(limit, exc, "the import"), "phase_s": phase_s})
+            return
         failure = _failure(loaded.language, exc, None, "import")
         failure["status"] = "compile_error"
         failure["message"] = f"import failed: {type(exc).__name__}: {_short(str(exc))}"
@@ -386,15 +514,18 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m agent.sandbox.child <run folder> <channel fd>", file=sys.stderr)
+        print("usage: python -m forge.sandbox.child <run folder> <channel fd>", file=sys.stderr)
         return 2
     folder = Path(argv[0]).resolve()
     fd = int(argv[1])
     os.set_inheritable(fd, False)  # processes the candidate starts do not get the channel
     sock = socket.socket(fileno=fd)
     job = read_json(folder / JOB_FILE)
+    for name in ("HOME", "TMPDIR", "TRITON_CACHE_DIR"):  # in the child's private scratch
+        if os.environ.get(name):
+            os.makedirs(os.environ[name], exist_ok=True)
     apply_limits(job)
-    from agent.sandbox import wire
+    from forge.sandbox import wire
 
     try:
         serve(folder, job, sock)

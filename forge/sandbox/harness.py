@@ -1,6 +1,6 @@
 """The harness side of a sandbox run: the oracle runs here, the candidate in the child.
 
-`run_session` drives one child over its channel (`agent.sandbox.wire`): it waits for the import, runs the harness's
+`run_session` drives one child over its channel (`forge.sandbox.wire`): it waits for the import, runs the harness's
 `validate` (the caller's `KernelUtils`, unchanged) with a `SandboxCandidate` proxy, asks the child for its timing
 feedback, and composes the verdict. Nothing the child sends is executed or unpickled here, and the child cannot
 write to this process, so a kernel that patches `torch.Tensor.any` or `forge.checking.compare` in its own process, or
@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -31,12 +32,13 @@ from typing import Any
 
 import torch
 
-from agent.sandbox import wire
 from forge.checking.poison import PoisonPattern
-from forge.outcome import HarnessError, Outcome, issue_of
+from forge.judging.verdict import HarnessLimit
+from forge.outcome import HarnessError, Outcome, is_memory_exhaustion, issue_of
 from forge.samples import Sample
+from forge.sandbox import wire
 
-__all__ = ["SandboxCandidate", "SandboxChildLost", "SessionResult", "run_session"]
+__all__ = ["ChildClock", "SandboxCandidate", "SandboxChildLost", "SandboxLimitReached", "SessionResult", "run_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +48,43 @@ _MESSAGE_CHARS = 300
 _FAILURE_STATUSES = {Outcome.COMPILE_ERROR.value, Outcome.RUNTIME_ERROR.value}
 
 
+class ChildClock:
+    """The time the child holds the turn: its start-up and import, and each call from the request sent to the reply
+    received. The sandbox's time limit applies to this, so the harness's own work (a float64 reference, the
+    comparisons, the probes' bookkeeping) never counts against the candidate."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._used = 0.0
+        self._since: float | None = time.monotonic()  # the child's turn from its start
+
+    def child_turn(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+
+    def harness_turn(self) -> None:
+        with self._lock:
+            if self._since is not None:
+                self._used += time.monotonic() - self._since
+                self._since = None
+
+    def used(self) -> float:
+        with self._lock:
+            running = time.monotonic() - self._since if self._since is not None else 0.0
+            return self._used + running
+
+
 class SandboxChildLost(Exception):  # noqa: N818 - an event, reported as such
     """The child ended, stopped answering or broke the protocol; the run is classified from how it ended."""
+
+
+class SandboxLimitReached(Exception):  # noqa: N818 - an event, reported as such
+    """The child reached a limit of the harness (`HarnessLimit`): the run ends as `harness_error`, no verdict."""
+
+    def __init__(self, limit: HarnessLimit, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class CandidateRaised(Exception):  # noqa: N818
@@ -84,13 +121,17 @@ class SandboxCandidate:
 
     allows_dispatch_poisoning = True
 
-    def __init__(self, sock: socket.socket, device: str, max_bytes: int | None) -> None:
+    def __init__(self, sock: socket.socket, device: str, max_bytes: int | None,
+                 clock: ChildClock | None = None) -> None:
         self.sock = sock
         self.devices = {"cpu", str(torch.device(device))}
         self.max_bytes = max_bytes
+        self.clock = clock if clock is not None else ChildClock()
         self.mirrors: dict[int, torch.UntypedStorage] = {}
         self.first_failure: dict[str, Any] | None = None
         self.lost: str | None = None
+        self.limit: tuple[HarnessLimit, str] | None = None  # a harness limit the child reached: no verdict
+        self.scaled: Any = None  # a module check that stopped after its first seed (`ScaledCheck`)
         self.launch_records: list[Any] = []  # forge.checking.launch_check.LaunchRecord, one per call
         self.calls = 0
         self._inputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, token, version synced)
@@ -123,10 +164,50 @@ class SandboxCandidate:
         if entry is not None and entry[1] == token:
             del self._inputs[key]
 
-    def _call(self, inputs: Sample, pattern: PoisonPattern | None, dispatch: bool,
-              output_metas: Sequence[tuple[tuple[int, ...], torch.dtype, torch.device]]) -> Any:
+    def build(self, seed: int) -> SandboxCandidate:
+        """Have the child build its `ModelNew` under `seed` (a module target); later calls run its forward. A
+        constructor that raises is the candidate's compile error (`CandidateRaised`)."""
+        self._check_usable()
+        try:
+            self.clock.child_turn()
+            wire.send_message(self.sock, {"op": "build", "seed": int(seed)})
+            reply, fds = self._receive()
+        except (wire.WireError, OSError) as exc:
+            self._lose(f"could not ask the child to build: {exc}")
+        finally:
+            self.clock.harness_turn()
+        wire._close_all(fds)
+        if reply.get("op") == "built":
+            return self
+        if reply.get("op") == "build_failed":
+            failure = _plain_failure(reply.get("failure"), "build")
+            failure["status"] = Outcome.COMPILE_ERROR.value
+            if self.first_failure is None:
+                self.first_failure = failure
+            raise _raised_type(reply.get("type"))(_short(reply.get("message"), 1000))
+        self._limit_or_lose(reply)
+        raise AssertionError("unreachable")
+
+    def _check_usable(self) -> None:
         if self.lost is not None:
             raise SandboxChildLost(self.lost)
+        if self.limit is not None:
+            raise SandboxLimitReached(*self.limit)
+
+    def _limit_or_lose(self, reply: dict[str, Any]) -> None:
+        """A `limit` reply (the child reached a harness limit) stops the run as `harness_error`; anything else the
+        child sends out of turn breaks the protocol."""
+        if reply.get("op") == "limit":
+            name = reply.get("limit")
+            limit = HarnessLimit.__members__.get(name) if isinstance(name, str) else None
+            if limit is not None:
+                self.limit = (limit, _short(reply.get("message") or limit.value))
+                raise SandboxLimitReached(*self.limit)
+        self._lose(f"the child sent an unexpected reply {str(reply.get('op'))[:40]!r}")
+
+    def _call(self, inputs: Sample, pattern: PoisonPattern | None, dispatch: bool,
+              output_metas: Sequence[tuple[tuple[int, ...], torch.dtype, torch.device]]) -> Any:
+        self._check_usable()
         self.calls += 1
         outbox = wire.Outbox()
         payload, leaves = wire.dump_inputs((tuple(inputs.args), dict(inputs.kwargs)), outbox, self._input_token)
@@ -135,13 +216,18 @@ class SandboxCandidate:
                   "pattern": pattern.name if pattern is not None else None, "dispatch": bool(dispatch),
                   "metas": [[list(shape), str(dtype).removeprefix("torch."), str(device)]
                             for shape, dtype, device in output_metas]}
+        self.clock.child_turn()
         try:
             wire.send_message(self.sock, header, outbox.fds)
+            reply, fds = self._receive()
         except (wire.WireError, OSError) as exc:
             self._lose(f"could not send a call to the child: {exc}")
         finally:
+            self.clock.harness_turn()
             outbox.close()
-        reply, fds = self._receive()
+        if reply.get("op") == "limit":
+            wire._close_all(fds)
+            self._limit_or_lose(reply)
         try:
             return self._result(reply, fds, leaves)
         except (wire.WireError, OSError, RuntimeError, ValueError, TypeError, KeyError, IndexError) as exc:
@@ -243,14 +329,18 @@ class SessionResult:
     killed: bool = False  # the runner stopped a child that was still running after the channel was lost
 
 
-def run_session(sock: socket.socket, *, reference: Callable[..., Any], samples: Sequence[Sample], utils: Any,
-                device: str, benchmark: bool, max_bytes: int | None) -> SessionResult:
-    """Drive one child from import to exit (see the module docstring)."""
+def run_session(sock: socket.socket, *, target: Any, utils: Any, device: str, benchmark: bool,
+                max_bytes: int | None, clock: ChildClock | None = None) -> SessionResult:
+    """Drive one child from import to exit (see the module docstring). `target`: a `FunctionTarget` or a
+    `ModuleTarget` (`forge.judging.targets`); `clock`: the child's time (the runner's time limit)."""
+    clock = clock if clock is not None else ChildClock()
     phase_s: dict[str, float] = {}
     try:
         ready, fds = wire.recv_message(sock)
     except (wire.WireError, OSError) as exc:
         return SessionResult(None, lost=f"no import report: {exc}")
+    finally:
+        clock.harness_turn()
     wire._close_all(fds)
     child_phases = ready.get("phase_s") if isinstance(ready.get("phase_s"), dict) else {}
     phase_s.update({f"child_{k}": float(v) for k, v in child_phases.items()
@@ -261,20 +351,34 @@ def run_session(sock: socket.socket, *, reference: Callable[..., Any], samples: 
         return _done(failure, phase_s)
     if ready.get("op") == "harness_error":
         return _done(_child_harness_error(ready), phase_s)
+    if ready.get("op") == "limit":
+        proxy = SandboxCandidate(sock, device, max_bytes, clock)
+        try:
+            proxy._limit_or_lose(ready)
+        except (SandboxLimitReached, SandboxChildLost):
+            pass
+        return _lost_or_limit(proxy, phase_s)
     if ready.get("op") != "ready":
         return SessionResult(None, lost="the child did not report its import")
 
-    proxy = SandboxCandidate(sock, device, max_bytes)
+    proxy = SandboxCandidate(sock, device, max_bytes, clock)
     start = time.perf_counter()
-    verdict = _validation_verdict(utils, reference, proxy, samples)
+    if target.kind == "module":
+        verdict = _module_verdict(utils, target, proxy)
+    else:
+        verdict = _validation_verdict(utils, target.reference_fn, proxy, target.samples)
     phase_s["validate"] = time.perf_counter() - start
-    if proxy.lost is not None:
-        return SessionResult(None, lost=proxy.lost, phase_s=phase_s)
+    if proxy.lost is not None or proxy.limit is not None:
+        return _lost_or_limit(proxy, phase_s)
     if verdict is None:
         verdict = {"status": Outcome.OK.value, "message": "correct on every sample", "details": {}}
         if benchmark:
             start = time.perf_counter()
-            verdict = _benchmark(sock, verdict)
+            clock.child_turn()
+            try:
+                verdict = _benchmark(sock, verdict, target)
+            finally:
+                clock.harness_turn()
             phase_s["benchmark"] = time.perf_counter() - start
             if verdict is None:
                 return SessionResult(None, lost="the child ended while benchmarking", phase_s=phase_s)
@@ -286,6 +390,66 @@ def run_session(sock: socket.socket, *, reference: Callable[..., Any], samples: 
     except (wire.WireError, OSError):
         pass
     return _done(verdict, phase_s)
+
+
+def _lost_or_limit(proxy: SandboxCandidate, phase_s: dict[str, float]) -> SessionResult:
+    """No verdict of the oracle: the child reached a harness limit (`harness_error` naming it), or it was lost (the
+    runner classifies how it ended)."""
+    if proxy.limit is not None:
+        limit, message = proxy.limit
+        return _done({"status": Outcome.HARNESS_ERROR.value, "limit": limit,
+                      "message": f"harness error: the sandbox's {limit.value} limit was reached ({message}); not the "
+                                 "candidate's fault",
+                      "details": {"phase": "validation", "harness_limit": limit.value}}, phase_s)
+    return SessionResult(None, lost=proxy.lost, phase_s=phase_s)
+
+
+def _module_verdict(utils: Any, target: Any, proxy: SandboxCandidate) -> dict[str, Any] | None:
+    """`check_module` with the child's `ModelNew` (built there, seed by seed) against `Model` built here; None when
+    correct on every seed checked."""
+    from forge.judging.modules import check_module
+
+    found: dict[str, Any] = {}
+
+    def validate(reference: Any, candidate: Any, samples: Any) -> list[Any]:
+        verdict = _validation_verdict(utils, reference, candidate, samples)
+        if verdict is not None:
+            found["verdict"] = verdict
+            return verdict["details"].get("errors") or [verdict["message"]]
+        return []
+
+    try:
+        check = check_module(target.source, proxy.build, validate, target.device, seeds=target.seeds,
+                             dtype=target.dtype)
+    except HarnessError as exc:  # the reference failed to build or run here
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        return {"status": Outcome.HARNESS_ERROR.value, "message": f"harness error: {_short(exc.reason)}",
+                "details": {"phase": "module check", "out_of_memory": exc.out_of_memory,
+                            "harness_error": _exception_details(cause)}}
+    except Exception as exc:  # noqa: BLE001 - building the reference is ours: a harness failure
+        if proxy.lost is not None or proxy.limit is not None:
+            return None
+        return {"status": Outcome.HARNESS_ERROR.value,
+                "message": f"harness error building the reference: {type(exc).__name__}: {_short(str(exc))}",
+                "details": {"phase": "module check", "harness_error": _exception_details(exc),
+                            "out_of_memory": is_memory_exhaustion(exc)}}
+    if proxy.lost is not None or proxy.limit is not None:
+        return None
+    if not check.built:
+        failure = proxy.first_failure or {"status": Outcome.COMPILE_ERROR.value, "message": str(check.errors[0]),
+                                          "details": {"phase": "build"}}
+        failure["details"].update(errors=[str(e) for e in check.errors])
+        return failure
+    if check.errors:
+        verdict = found.get("verdict") or {"status": check.outcome.value, "message": str(check.errors[0]),
+                                           "details": {"phase": "validation"}}
+        verdict["details"]["errors"] = [str(e) for e in check.errors]
+        verdict["details"]["issues"] = [issue_of(e).to_dict() for e in check.errors]
+        return verdict
+    found["scaled"] = check.scaled
+    if check.scaled is not None:
+        proxy.scaled = check.scaled
+    return None
 
 
 def _done(verdict: dict[str, Any], phase_s: dict[str, float]) -> SessionResult:
@@ -350,13 +514,15 @@ def _launch_issues(records: list[Any]) -> list[Any]:
     return list(launch_issues(records))
 
 
-def _benchmark(sock: socket.socket, verdict: dict[str, Any]) -> dict[str, Any] | None:
+def _benchmark(sock: socket.socket, verdict: dict[str, Any], target: Any) -> dict[str, Any] | None:
     try:
         wire.send_message(sock, {"op": "benchmark"})
         reply, fds = wire.recv_message(sock)
     except (wire.WireError, OSError):
         return None
     wire._close_all(fds)
+    if reply.get("op") == "limit":
+        return None
     if reply.get("op") == "benchmark_failed":
         return _plain_failure(reply.get("failure"), "benchmark")
     if reply.get("op") != "benchmark" or not _timing(reply.get("latency_ms")):
@@ -369,8 +535,9 @@ def _benchmark(sock: socket.socket, verdict: dict[str, Any]) -> dict[str, Any] |
             verdict["details"][key] = details[key]
     verdict["details"]["timing_source"] = TIMING_SOURCE
     speed = ""
+    baseline = "Model" if target.kind == "module" else "PyTorch"
     if verdict["baseline_ms"]:
-        speed = (f"; {verdict['latency_ms']['median_ms']:.4g} ms vs PyTorch "
+        speed = (f"; {verdict['latency_ms']['median_ms']:.4g} ms vs {baseline} "
                  f"{verdict['baseline_ms']['median_ms']:.4g} ms (timed in the sandbox: feedback only)")
     verdict["message"] = f"correct on every sample{speed}"
     return verdict

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
-from agent.sandbox.isolation import Isolation, resolve_isolation
-from agent.sandbox.result import SandboxResult
-from agent.sandbox.runner import ProcessRegistry, run_candidate
-from forge.samples import Sample
+from forge.judging.targets import FunctionTarget, ModuleTarget
+from forge.judging.verdict import Verdict
+from forge.sandbox.isolation import Isolation, resolve_isolation
+from forge.sandbox.options import SandboxOptions
+from forge.sandbox.runner import ProcessRegistry, run_candidate
 
 __all__ = ["SandboxPool"]
 
@@ -25,13 +25,14 @@ _WAIT_SLICE_S = 0.05
 
 
 class SandboxPool:
-    """At most `max_concurrent` sandbox children at a time; `run` takes the arguments of `run_candidate`."""
+    """At most `max_concurrent` sandbox children at a time, each bounded by `options`; `run` takes the arguments
+    of `run_candidate`."""
 
-    def __init__(self, max_concurrent: int = 1, **defaults: Any) -> None:
+    def __init__(self, max_concurrent: int = 1, options: SandboxOptions | None = None) -> None:
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be an int >= 1, got {max_concurrent!r}")
         self.max_concurrent = max_concurrent
-        self.defaults = dict(defaults)
+        self.options = options if options is not None else SandboxOptions()
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._registry = ProcessRegistry()
         self._closed = threading.Event()
@@ -45,8 +46,8 @@ class SandboxPool:
 
     def isolation(self) -> Isolation:
         """The isolation this pool's runs get (`resolve_isolation` with the pool's `isolation` / `allow_unsafe`
-        defaults); raises `SandboxUnavailableError` when they would refuse. Call it before spending LLM calls."""
-        return resolve_isolation(self.defaults.get("isolation", "auto"), allow_unsafe=self.defaults.get("allow_unsafe"))
+        options); raises `SandboxUnavailableError` when they would refuse. Call it before spending LLM calls."""
+        return resolve_isolation(self.options.isolation, allow_unsafe=self.options.allow_unsafe)
 
     def live_process_groups(self) -> list[int]:
         """Process-group ids of this pool's live children."""
@@ -55,29 +56,29 @@ class SandboxPool:
     def run(
         self,
         source: str,
-        function_name: str,
-        samples: Sequence[Sample],
+        target: FunctionTarget | ModuleTarget,
+        language: Any,
         *,
         cancel_event: threading.Event | None = None,
         **kwargs: Any,
-    ) -> SandboxResult:
-        """`run_candidate` once a slot is free. Waiting ends early (status `timeout`, `details["cancelled"]`) when
-        `cancel_event` is set or the pool is closed."""
+    ) -> Verdict:
+        """`run_candidate` (with this pool's options) once a slot is free. Waiting ends early (status `timeout`,
+        `details["cancelled"]`) when `cancel_event` is set or the pool is closed."""
         started = time.monotonic()
-        options = {**self.defaults, **kwargs}
+        kwargs.setdefault("options", self.options)
         while not self._slots.acquire(timeout=_WAIT_SLICE_S):
             if self._closed.is_set() or (cancel_event is not None and cancel_event.is_set()):
                 reason = "the sandbox pool was closed" if self._closed.is_set() else "cancel_event was set"
-                return SandboxResult(status="timeout", message=f"cancelled while waiting for a sandbox slot ({reason})",
+                return Verdict(status="timeout", message=f"cancelled while waiting for a sandbox slot ({reason})",
                                      details={"cancelled": True, "reason": reason},
                                      wall_s=time.monotonic() - started)
         try:
             if self._closed.is_set():
-                return SandboxResult(status="timeout", message="cancelled: the sandbox pool was closed",
+                return Verdict(status="timeout", message="cancelled: the sandbox pool was closed",
                                      details={"cancelled": True, "reason": "the sandbox pool was closed"},
                                      wall_s=time.monotonic() - started)
-            return run_candidate(source, function_name, samples, cancel_event=cancel_event,
-                                 registry=self._registry, **options)
+            return run_candidate(source, target, language, cancel_event=cancel_event, registry=self._registry,
+                                 **kwargs)
         finally:
             self._slots.release()
 

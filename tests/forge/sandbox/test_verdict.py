@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.sandbox import run_candidate
-from agent.sandbox.wire import Outbox, RemoteObject, WireError, decode_tree, encode_tree
 from forge.checking import KernelUtils
 from forge.outcome import Outcome
 from forge.samples import Sample
+from forge.sandbox.wire import Outbox, RemoteObject, WireError, decode_tree, encode_tree
+from tests.sandbox_run import judge_file
 
 FAST = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
 REPO = Path(__file__).resolve().parents[3]
@@ -66,7 +66,7 @@ def judge(source: str, samples: list[Sample] | None = None, function: str = "sil
     kwargs.setdefault("benchmark", False)
     kwargs.setdefault("timeout_s", 90)
     kwargs.setdefault("screen", False)
-    return run_candidate(source, function, samples or silu_samples(), **kwargs)
+    return judge_file(source, function, samples or silu_samples(), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,9 +80,16 @@ import os as _os
 def _forge():
     verdict = {"status": "ok", "message": "correct on every sample", "details": {},
                "latency_ms": {"median_ms": 0.001}, "baseline_ms": {"median_ms": 1.0}}
-    for name in ("result.json", "verdict.json", "job.json"):
-        with open(name, "w") as fh:
-            fh.write(_json.dumps(verdict))
+    written = []
+    for folder in (".", _os.environ["HOME"]):
+        for name in ("result.json", "verdict.json", "job.json"):
+            try:
+                with open(_os.path.join(folder, name), "w") as fh:
+                    fh.write(_json.dumps(verdict))
+                written.append(_os.path.join(folder, name))
+            except OSError:
+                pass
+    print("FORGED", written)
     print("PASS ALL_TESTS_PASSED")
 """
 
@@ -90,7 +97,9 @@ def _forge():
 def test_a_kernel_that_writes_its_own_result_json_is_still_a_mismatch(tmp_path) -> None:
     folder = tmp_path / "run"
     result = judge(silu(1.5, body="_forge()", header=_FORGE_FILES), workdir=folder, benchmark=True)
-    assert json.loads((folder / "result.json").read_text())["status"] == "ok", "the forgery was written"
+    assert "FORGED ['/kforge-scratch/home/result.json'" in result.stdout, "the forgery was written in its scratch"
+    assert not (folder / "result.json").exists(), "the run folder is read-only inside the boundary"
+    assert json.loads((folder / "job.json").read_text())["function_name"] == "silu", "the job is the parent's"
     assert result.status == Outcome.MISMATCH, (result.message, result.details)
     assert "outside tolerance" in result.details["errors"][0]
     assert result.latency_ms is None and result.speedup is None

@@ -3,16 +3,18 @@
 Passed through from the parent when set: `PATH`, locale (`LANG`, `LANGUAGE`, `LC_*`, `TZ`), device selection
 (`CUDA_VISIBLE_DEVICES`, `CUDA_DEVICE_ORDER`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`), toolchain locations
 (`CUDA_HOME`, `CUDA_PATH`, `LD_LIBRARY_PATH`, `CC`, `CXX`, `TRITON_PTXAS_PATH`, `TRITON_LIBCUDA_PATH`,
-`TRITON_LIBDEVICE_PATH`) and `TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` inside the run folder, `PYTHONPATH` =
+`TRITON_LIBDEVICE_PATH`) and `TRITON_INTERPRET`. Set: `HOME` and `TMPDIR` in the child's private scratch, `PYTHONPATH` =
 the repository root then the parent's `PYTHONPATH`, `PYTHONHASHSEED=0`, `PYTHONDONTWRITEBYTECODE=1`,
 `PYTHONUNBUFFERED=1`, `USER`/`LOGNAME`, one BLAS/OpenMP thread, and the kernel language's own variables
 (`KernelLanguage.child_environment`: Triton's interpreter switch on CPU; CUDA's build cache and pinned toolchain).
 
-Caches (`sandbox_caches`): each language keeps its compiled kernels in a persistent folder only sandbox children
-use (`KernelLanguage.sandbox_cache_dir()`: `isolation.sandbox_cache_dir() / "triton"`, `/ "cuda"`), writable inside
-the boundary, so builds are reused between children (and CUDA children load the cubins the parent's build pool
-compiled) but a child can never plant a compiled kernel in a cache the parent loads from. Every child gets the
-Triton one as `TRITON_CACHE_DIR`, whatever its language, since torch may import Triton in any child (the parent's
+Caches: nothing a child writes outlives it or reaches another candidate. Its compiled kernels go to its private
+scratch (`scratch_folder`: a bounded tmpfs inside the boundary), so a hostile candidate cannot plant a compiled
+artefact for the next candidate's verdict, as it could when children shared a writable `~/.cache/kforge-sandbox`
+(Triton recompiles each candidate's kernels: they are new code anyway). What children share is only what this
+process wrote and they see read-only (`KernelLanguage.shared_caches()`: CUDA binaries the parent's build pool
+compiled, addressed by the hash of source and toolchain). Every child gets a Triton cache in its scratch as
+`TRITON_CACHE_DIR`, whatever its language, since torch may import Triton in any child (the parent's
 `TRITON_CACHE_DIR`, `TRITON_HOME` and `TORCHINDUCTOR_CACHE_DIR` are not passed).
 Any name that looks like a secret (`KEY`, `TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`, `AUTH`) is never passed.
 """
@@ -26,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PASS_THROUGH", "child_environment", "looks_secret", "repository_root", "sandbox_caches"]
+__all__ = ["PASS_THROUGH", "SCRATCH_MOUNT", "child_environment", "looks_secret", "repository_root", "scratch_folder"]
 
 PASS_THROUGH: tuple[str, ...] = (
     "PATH", "LANG", "LANGUAGE", "LC_*", "TZ",
@@ -59,28 +61,27 @@ def _python_path(parent_env: Mapping[str, str] | None) -> list[str]:
     return entries
 
 
-def sandbox_caches(language: Any = None) -> list[Path]:
-    """The persistent cache folders a sandbox child of `language` (a `KernelLanguage`, or None) writes, created: the
-    Triton cache first (every child's `TRITON_CACHE_DIR`), then the language's own when it has another."""
-    from agent.sandbox.isolation import sandbox_cache_dir
+SCRATCH_MOUNT = Path("/kforge-scratch")  # the child's private writable tmpfs inside the boundary
 
-    folders = [sandbox_cache_dir() / "triton"]
-    own = language.sandbox_cache_dir() if language is not None else None
-    if own is not None and Path(own) not in folders:
-        folders.append(Path(own))
-    for folder in folders:
-        folder.mkdir(parents=True, exist_ok=True)
-    return folders
+
+def scratch_folder(isolation: Any, folder: Path) -> Path:
+    """The child's private writable folder: a bounded tmpfs mounted at `SCRATCH_MOUNT` inside the boundary (nothing
+    of it survives the child); without the boundary, `scratch` in the run folder (created here)."""
+    from forge.sandbox.isolation import IsolationLevel
+
+    if isolation.level is IsolationLevel.BOUNDARY:
+        return SCRATCH_MOUNT
+    scratch = folder / "scratch"
+    scratch.mkdir(exist_ok=True)
+    return scratch
 
 
 def child_environment(
-    home: Path,
-    tmp: Path,
+    scratch: Path,
     *,
     language_env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     parent_env: Mapping[str, str] | None = None,
-    triton_cache: Path | None = None,
 ) -> dict[str, str]:
     """The child's complete environment (see the module docstring). `extra_env` must not name secrets."""
     parent = dict(os.environ if parent_env is None else parent_env)
@@ -90,17 +91,13 @@ def child_environment(
             continue
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in PASS_THROUGH):
             env[name] = value
-    if triton_cache is None:
-        from agent.sandbox.isolation import sandbox_cache_dir
-
-        triton_cache = sandbox_cache_dir() / "triton"
     env.setdefault("PATH", os.defpath)
     env.update(
-        TRITON_CACHE_DIR=str(triton_cache),
+        TRITON_CACHE_DIR=str(scratch / "triton"),
         USER="kforge-sandbox",
         LOGNAME="kforge-sandbox",
-        HOME=str(home),
-        TMPDIR=str(tmp),
+        HOME=str(scratch / "home"),
+        TMPDIR=str(scratch / "tmp"),
         PYTHONPATH=os.pathsep.join(_python_path(parent_env)),
         PYTHONHASHSEED="0",
         PYTHONDONTWRITEBYTECODE="1",

@@ -10,15 +10,17 @@ read-only file view without a hand-written mount script.
 What the boundary is (`bwrap_command`): new user, PID, mount, network, IPC, UTS and cgroup namespaces; uid/gid 65534
 inside, all capabilities dropped, a new session (no terminal injection); a fresh `/proc` that shows only the
 sandbox's processes (no parent `/proc/<pid>/environ`); a minimal `/dev` (+ the NVIDIA device nodes for CUDA runs); a
-private tmpfs `/tmp` and `/dev/shm`; read-only binds of the system (`/usr`, the `/lib*` and `/bin` roots, a handful
-of non-secret `/etc` files: loader cache, passwd/group, alternatives), of the interpreter and its site-packages, and
-of the repository's `agent` and `forge` packages (not the repository root, which may hold keys or `.env` files, nor
-the user's project on the Python path); read-write binds of the run folder and of a Triton cache used only by
-sandbox children; nothing else (no home, no `/etc/shadow`, no caches, no sockets under `/run` or `/tmp`). The child
+private tmpfs `/tmp` and `/dev/shm` and a private scratch tmpfs (home, temporary folder, compiled-kernel caches),
+each of bounded size where bubblewrap knows `--size`; read-only binds of the system (`/usr`, the `/lib*` and `/bin`
+roots, a handful of non-secret `/etc` files: loader cache, passwd/group, alternatives), of the interpreter and its
+site-packages, and of the repository's `agent` and `forge` packages (not the repository root, which may hold keys or
+`.env` files, nor the user's project on the Python path), of the run folder the parent wrote and of the caches the
+parent filled for children (prebuilt CUDA binaries); nothing writable outside the tmpfs mounts, nothing else (no
+home, no `/etc/shadow`, no caches, no sockets under `/run` or `/tmp`). The child
 is PID 1 of its namespace: when it exits, or when bwrap dies, the kernel kills every process left in it (`setsid`
 grandchildren included); `--die-with-parent` kills the sandbox when the process that started it dies. Resource
 limits (memory through RLIMIT_DATA, processes through RLIMIT_NPROC, CPU time, file size, open files) are set by the
-child before any candidate code runs (`agent.sandbox.child.apply_limits`); the child has no capability to raise them
+child before any candidate code runs (`forge.sandbox.child.apply_limits`); the child has no capability to raise them
 again. The kernel exempts uid 0 from RLIMIT_NPROC, and when kforge runs as root the sandbox's uid maps to root
 (bwrap maps only the caller's uid; running bwrap as another user fails where the interpreter lives in a 0700 home,
 e.g. pyenv in /root): there the parent counts the tasks in the sandbox's PID namespace every 0.1 s and kills it past
@@ -29,7 +31,7 @@ Levels (`IsolationLevel`): `BOUNDARY` (the above), `NETWORK` (only a network nam
 pre-bubblewrap sandbox) and `NONE`. Anything below `BOUNDARY` is unsafe: `resolve_isolation` refuses it with
 `SandboxUnavailableError` unless the caller opts out explicitly (`allow_unsafe=True`, the `--unsafe-sandbox` flag or
 `KFORGE_UNSAFE_SANDBOX=1`), and then logs one warning per process and level. The level a run got is in
-`SandboxResult.isolation`.
+`Verdict.isolation`.
 """
 
 from __future__ import annotations
@@ -114,8 +116,9 @@ def unsafe_allowed(explicit: bool | None = None) -> bool:
 
 
 def sandbox_cache_dir() -> Path:
-    """A cache only sandbox children write (Triton's compiled kernels): never the parent's Triton or kernel cache,
-    which the parent loads code from. `KFORGE_SANDBOX_CACHE_DIR`, else `~/.cache/kforge-sandbox`."""
+    """Where this process keeps what it builds for sandbox children (the CUDA build pool's binaries), which children
+    read but never write: never the parent's own kernel cache, which the parent loads code from.
+    `KFORGE_SANDBOX_CACHE_DIR`, else `~/.cache/kforge-sandbox`."""
     configured = os.environ.get("KFORGE_SANDBOX_CACHE_DIR")
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "kforge-sandbox"
 
@@ -129,7 +132,7 @@ def _python_paths() -> list[str]:
     keys, data) nor the rest of the parent's Python path (the user's own project)."""
     import importlib.util
 
-    from agent.sandbox.environment import repository_root
+    from forge.sandbox.environment import repository_root
 
     repo = repository_root()
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(repo / "agent"), str(repo / "forge")]
@@ -150,7 +153,7 @@ def _python_paths() -> list[str]:
 def _bindable(path: str) -> bool:
     """Existing absolute paths that are not a system-wide or private folder (/, /etc, /proc, home...) nor an
     ancestor of the home folder or of the repository (which would expose everything below)."""
-    from agent.sandbox.environment import repository_root
+    from forge.sandbox.environment import repository_root
 
     if not os.path.isabs(path) or not os.path.exists(path) or path in _NEVER_BIND:
         return False
@@ -216,18 +219,27 @@ def bwrap_command(
     argv: Sequence[str],
     *,
     folder: Path,
+    scratch: Path | None = None,
+    scratch_bytes: int | None = None,
+    readonly: Iterable[Path] = (),
     writable: Iterable[Path] = (),
     gpu: bool = False,
 ) -> list[str]:
-    """`argv` inside the boundary: `folder` (the run folder, also the working directory) and `writable` read-write,
-    the interpreter, its packages, the repository's packages and the system read-only, nothing else (see the module
-    docstring)."""
+    """`argv` inside the boundary: `folder` (the run folder the parent wrote, also the working directory) and
+    `readonly` folders read-only, a private tmpfs at `scratch` (of `scratch_bytes`, like `/tmp` and `/dev/shm`)
+    as the only writable place besides `writable`, the interpreter, its packages, the repository's packages and the
+    system read-only, nothing else (see the module docstring)."""
+    sized = "--size" in _bwrap_options(bwrap) and scratch_bytes is not None
+
+    def tmpfs(path: str) -> list[str]:
+        return (["--size", str(scratch_bytes)] if sized else []) + ["--tmpfs", path]
+
     args = [
         bwrap,
         "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
         "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "kforge-sandbox",
         "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-        "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm",
+        *tmpfs("/tmp"), "--proc", "/proc", "--dev", "/dev", *tmpfs("/dev/shm"),
     ]
     if "--disable-userns" in _bwrap_options(bwrap):  # bubblewrap >= 0.8: no nested user namespaces inside
         args.insert(1, "--disable-userns")
@@ -236,11 +248,14 @@ def bwrap_command(
         args += ["--ro-bind", path, path]
     if gpu:
         args += _gpu_args()
-    for path in [folder, *writable]:
+    for path, mode in [(folder, "--ro-bind"), *((p, "--ro-bind") for p in readonly),
+                       *((p, "--bind") for p in writable)]:
         resolved = str(Path(path).resolve())
-        args += ["--bind", resolved, resolved]
+        args += [mode, resolved, resolved]
         if str(path) != resolved:
-            args += ["--bind", resolved, str(path)]
+            args += [mode, resolved, str(path)]
+    if scratch is not None:
+        args += tmpfs(str(scratch))
     args += ["--chdir", str(folder), "--", *argv]
     return args
 
@@ -279,7 +294,7 @@ def _probe_boundary() -> Isolation:
     if problem is not None:
         return Isolation(IsolationLevel.NONE, f"bubblewrap could not start a sandbox here: {problem}", bwrap)
     return Isolation(IsolationLevel.BOUNDARY, "bubblewrap: user, PID, mount, network, IPC and UTS namespaces; "
-                     "read-only system and Python; private run folder", bwrap)
+                     "read-only system and Python; private scratch", bwrap)
 
 
 def _probe_network() -> Isolation:

@@ -17,18 +17,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.sandbox import (
+from agent.languages import get_language
+from forge.checking import KernelUtils
+from forge.judging import FunctionTarget
+from forge.outcome import Outcome
+from forge.samples import Sample, TensorSpec
+from forge.sandbox import (
     IsolationLevel,
+    SandboxOptions,
     SandboxPool,
     boundary_isolation,
     kill_all,
     live_process_groups,
     network_isolation,
-    run_candidate,
 )
-from forge.checking import KernelUtils
-from forge.outcome import Outcome
-from forge.samples import Sample, TensorSpec
+from tests.sandbox_run import judge_file
 
 FAST = KernelUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0)
 
@@ -78,7 +81,7 @@ def run(source: str, **kwargs) -> object:
     kwargs.setdefault("kernel_utils", FAST)
     kwargs.setdefault("benchmark", False)
     kwargs.setdefault("timeout_s", 60)
-    return run_candidate(source, "relu", samples(), **kwargs)
+    return judge_file(source, "relu", samples(), **kwargs)
 
 
 def group_alive(pgid: int) -> bool:
@@ -97,7 +100,7 @@ def group_alive(pgid: int) -> bool:
 def test_correct_kernel_is_ok_with_candidate_and_baseline_timings(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     two = [Sample((torch.randn(4, 32),), {}), Sample((TensorSpec((2, 16), torch.float32),), {})]
-    result = run_candidate(relu_with("print('hello from the candidate')"), "relu", two, kernel_utils=FAST,
+    result = judge_file(relu_with("print('hello from the candidate')"), "relu", two, kernel_utils=FAST,
                            benchmark=True, counts=[2, 1], timeout_s=60)
     assert result.status == "ok", (result.message, result.details, result.stderr)
     for timing in (result.latency_ms, result.baseline_ms):
@@ -167,7 +170,7 @@ def test_mismatch_carries_the_structured_issues_and_the_worst_elements() -> None
 @pytest.mark.parametrize(("failure", "out_of_memory"),
                          [("raise", False), ("oom", True), ("memory_error", True), ("allocate", True)])
 def test_a_failing_reference_is_a_harness_error_not_the_candidates(failure: str, out_of_memory: bool) -> None:
-    from tests.agent.sandbox.harness_faults import FailingReferenceUtils
+    from tests.forge.sandbox.harness_faults import FailingReferenceUtils
 
     utils = FailingReferenceUtils(fresh_inputs_per_sample=1, warmup=1, rounds=3, min_run_time_s=0.0, failure=failure)
     # The oracle (and so this reference) runs in the harness process: the boundary need not show the tests package.
@@ -181,7 +184,7 @@ def test_a_failing_reference_is_a_harness_error_not_the_candidates(failure: str,
 
 
 def test_a_bug_in_the_harness_is_a_harness_error_not_a_crash() -> None:
-    from tests.agent.sandbox.harness_faults import BrokenHarnessUtils
+    from tests.forge.sandbox.harness_faults import BrokenHarnessUtils
 
     result = run(relu_with(), kernel_utils=BrokenHarnessUtils())
     assert result.status == Outcome.HARNESS_ERROR and "a bug in the harness" in result.message
@@ -205,24 +208,39 @@ def test_exception_in_the_wrapper_is_a_runtime_error() -> None:
         ("y = G.relu(x)", "from torch.nn import functional as G", "torch.nn.functional.relu"),
     ],
 )
-def test_forbidden_candidate_never_runs(tmp_path, body: str, header: str, construct: str) -> None:
-    marker = tmp_path / "run" / "ran"
-    # Were it run, the candidate would create the marker at import (in its run folder, its working directory).
-    source = relu_with(body + "\nreturn y", header + "\ntorch.save(1, 'ran')")
-    result = run(source, workdir=tmp_path / "run")
+def test_forbidden_candidate_never_runs(body: str, header: str, construct: str) -> None:
+    # Were it run, the candidate would print the marker at import.
+    source = relu_with(body + "\nreturn y", header + "\nprint('IMPORTED-MARKER')")
+    result = run(source)
     assert result.status == "forbidden"
     assert construct in [v["construct"] for v in result.details["violations"]]
     assert construct.lstrip(".") in result.message
-    assert not marker.exists()
+    assert "IMPORTED-MARKER" not in result.stdout
 
 
-def test_the_marker_route_does_run_when_screening_is_off(tmp_path) -> None:
-    """Shows the marker proves something: the same forbidden candidate, unscreened, runs and writes it."""
-    marker = tmp_path / "run" / "ran"
-    source = relu_with("y = torch.relu(x)\nreturn y", "torch.save(1, 'ran')")
-    result = run(source, screen=False, workdir=tmp_path / "run")
-    assert marker.exists()
+def test_the_marker_route_does_run_when_screening_is_off() -> None:
+    """Shows the marker proves something: the same forbidden candidate, unscreened, runs and prints it."""
+    source = relu_with("y = torch.relu(x)\nreturn y", "print('IMPORTED-MARKER')")
+    result = run(source, screen=False)
+    assert "IMPORTED-MARKER" in result.stdout
     assert result.status != "forbidden"  # it ran (the run-time launch check may still refuse the PyTorch fallback)
+
+
+def test_the_run_folder_is_read_only_and_the_scratch_is_private(tmp_path) -> None:
+    """Inside the boundary the child cannot write the run folder the parent wrote (its job, its inputs), and what
+    it writes in its scratch (home, caches) is gone with it: the next candidate cannot find it."""
+    probe = ("try:\n"
+             "    open('planted', 'w').write('x')\n"
+             "    print('RUN-FOLDER writable')\n"
+             "except OSError as exc:\n"
+             "    print('RUN-FOLDER refused', type(exc).__name__)\n"
+             "open(HOME_FILE, 'w').write('x')\n")
+    first = run(relu_with("", probe.replace("HOME_FILE", "'/kforge-scratch/home/planted.pt'")), screen=False,
+                workdir=tmp_path / "first")
+    assert "RUN-FOLDER refused" in first.stdout, first.stdout + first.stderr
+    assert not (tmp_path / "first" / "planted").exists()
+    second = run(relu_with("", "import os\nprint('SEEN', os.listdir('/kforge-scratch/home'))"), screen=False)
+    assert "SEEN []" in second.stdout, second.stdout + second.stderr
 
 
 def test_hanging_kernel_times_out_and_its_process_group_is_gone() -> None:
@@ -301,7 +319,7 @@ def test_child_sees_no_secrets_and_no_network(monkeypatch, listener) -> None:
     assert "secret" not in result.stdout
     keys = next(line for line in result.stdout.splitlines() if line.startswith("ENVKEYS")).split(" ", 1)[1]
     assert not any(k in keys for k in ("KEY", "TOKEN", "SECRET"))
-    assert "HOME /" in result.stdout and "kforge-sandbox-" in result.stdout
+    assert "HOME /kforge-scratch/home" in result.stdout  # the child's private scratch
     assert result.isolation is IsolationLevel.BOUNDARY
     assert "NET blocked" in result.stdout
 
@@ -368,11 +386,13 @@ def test_cancel_event_aborts_a_running_child() -> None:
 
 
 def test_pool_limits_concurrency_and_cancels_waiting_runs() -> None:
-    pool = SandboxPool(max_concurrent=1, kernel_utils=FAST, benchmark=False, timeout_s=120)
-    first_thread, first = _start(pool.run, relu_with("while True:\n    pass"), "relu", samples())
+    pool = SandboxPool(max_concurrent=1, options=SandboxOptions(timeout_s=120))
+    target, triton = FunctionTarget("relu", tuple(samples())), get_language("triton")
+    first_thread, first = _start(pool.run, relu_with("while True:\n    pass"), target, triton, kernel_utils=FAST,
+                                 benchmark=False)
     _wait_for(lambda: bool(pool.live_process_groups()))
     cancel = threading.Event()
-    second_thread, second = _start(pool.run, relu_with(), "relu", samples(), cancel_event=cancel)
+    second_thread, second = _start(pool.run, relu_with(), target, triton, cancel_event=cancel)
     time.sleep(0.3)
     assert second_thread.is_alive(), "the second run must wait for the only slot"
     assert len(pool.live_process_groups()) == 1
@@ -384,7 +404,7 @@ def test_pool_limits_concurrency_and_cancels_waiting_runs() -> None:
     first_thread.join(10)
     assert first["result"].status == "timeout" and first["result"].details["cancelled"] is True
     assert pool.live_process_groups() == [] and live_process_groups() == []
-    assert pool.run(relu_with(), "relu", samples()).details["cancelled"] is True  # closed pool refuses
+    assert pool.run(relu_with(), target, triton).details["cancelled"] is True  # closed pool refuses
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -392,19 +412,19 @@ def test_pool_limits_concurrency_and_cancels_waiting_runs() -> None:
 # ---------------------------------------------------------------------------------------------------------
 def test_bad_arguments_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="not a replaceable torch.nn.functional function"):
-        run_candidate(RELU, "no_such_op", samples())
+        judge_file(RELU, "no_such_op", samples())
     with pytest.raises(ValueError, match="at least one sample"):
-        run_candidate(RELU, "relu", [])
+        judge_file(RELU, "relu", [])
     with pytest.raises(ValueError, match="isolation must be"):
-        run_candidate(RELU, "relu", samples(), isolation="vm")
+        judge_file(RELU, "relu", samples(), isolation="vm")
     with pytest.raises(ValueError, match="process_limit must be"):
-        run_candidate(RELU, "relu", samples(), process_limit=0)
+        judge_file(RELU, "relu", samples(), process_limit=0)
     with pytest.raises(ValueError, match="memory_limit_bytes must be"):
-        run_candidate(RELU, "relu", samples(), memory_limit_bytes=-1)
+        judge_file(RELU, "relu", samples(), memory_limit_bytes=-1)
     with pytest.raises(ValueError, match="counts must hold one int"):
-        run_candidate(RELU, "relu", samples(), counts=[1, 2])
+        judge_file(RELU, "relu", samples(), counts=[1, 2])
     with pytest.raises(ValueError, match="looks like a credential"):
-        run_candidate(RELU, "relu", samples(), extra_env={"OPENAI_API_KEY": "x"}, screen=False)
+        judge_file(RELU, "relu", samples(), extra_env={"OPENAI_API_KEY": "x"}, screen=False)
     with pytest.raises(ValueError, match="SandboxPool|max_concurrent"):
         SandboxPool(max_concurrent=0)
 
@@ -419,7 +439,7 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 @needs_cuda
 def test_cuda_kernel_is_ok_and_timed_on_the_gpu() -> None:
     cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
-    result = run_candidate(RELU, "relu", cuda_samples, kernel_utils=FAST, benchmark=True, timeout_s=300)
+    result = judge_file(RELU, "relu", cuda_samples, kernel_utils=FAST, benchmark=True, timeout_s=300)
     assert result.status == "ok", (result.message, result.details, result.stderr)
     assert result.latency_ms["device"].startswith("cuda") and result.baseline_ms["device"].startswith("cuda")
 
@@ -429,7 +449,7 @@ def test_cuda_kernel_is_ok_and_timed_on_the_gpu() -> None:
 def test_cuda_compile_error_carries_the_compiler_log() -> None:
     cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
     source = relu_with(kernel=("tl.arange(0, BLOCK)", "tl.arange(0, 3)"))
-    result = run_candidate(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
+    result = judge_file(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
     assert result.status == "compile_error", (result.message, result.details, result.stderr)
     assert "power of 2" in result.details["compile_log"]
 
@@ -439,7 +459,7 @@ def test_cuda_compile_error_carries_the_compiler_log() -> None:
 def test_cuda_illegal_address_ends_only_the_child() -> None:
     cuda_samples = [Sample((torch.randn(64, 1024, device="cuda"),), {})]
     source = relu_with(kernel=("x = tl.load(x_ptr + offs, mask=mask)", "x = tl.load(x_ptr + offs + (1 << 40))"))
-    result = run_candidate(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
+    result = judge_file(source, "relu", cuda_samples, kernel_utils=FAST, benchmark=False, timeout_s=300)
     assert result.status in {"runtime_error", "crash"}, (result.message, result.details)
     if result.status == "runtime_error":
         assert "illegal" in result.message or "illegal" in result.details["exception"]["message"]
@@ -447,7 +467,7 @@ def test_cuda_illegal_address_ends_only_the_child() -> None:
 
 
 def test_device_faults_are_told_apart_from_harness_errors() -> None:
-    from agent.sandbox.child import is_device_fault
+    from forge.sandbox.child import is_device_fault
 
     assert is_device_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert is_device_fault(RuntimeError("CUDA error: device-side assert triggered"))
@@ -455,7 +475,7 @@ def test_device_faults_are_told_apart_from_harness_errors() -> None:
 
 
 def test_child_python_path_keeps_the_parents_entries(tmp_path) -> None:
-    from agent.sandbox.environment import child_environment, repository_root
+    from forge.sandbox.environment import child_environment, repository_root
 
-    env = child_environment(tmp_path, tmp_path, parent_env={"PYTHONPATH": "/opt/site:/other", "PATH": "/bin"})
+    env = child_environment(tmp_path, parent_env={"PYTHONPATH": "/opt/site:/other", "PATH": "/bin"})
     assert env["PYTHONPATH"].split(":") == [str(repository_root()), "/opt/site", "/other"]

@@ -1,22 +1,41 @@
-"""`SandboxResult`: the verdict of one sandboxed candidate run, as the agent sees it."""
+"""`Verdict`: what the judge (`forge.judging.Judge`) says of one candidate, function kernel or module, wherever it ran.
+
+One record for every caller (the generator's prompts, `make_plan`'s report, eval records, `kforge plan verify`), so
+none of them parses a status out of text: `status` is a `forge.outcome.Outcome`; a limit of the harness that was
+reached is `limit` (a `HarnessLimit`, with status `harness_error`: never the candidate's fault, never told to the
+model as its failure).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from forge.outcome import Outcome, ValidationIssue
 
-__all__ = ["STATUSES", "SandboxResult", "SandboxStatus"]
+__all__ = ["STATUSES", "HarnessLimit", "Verdict"]
 
-SandboxStatus = Outcome
 STATUSES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
+class HarnessLimit(StrEnum):
+    """A limit the harness put on a candidate's process; reaching one is `harness_error`, since the harness sized it
+    (from the case: see `forge.sandbox.options.SandboxOptions.sized_for`) and an honest kernel may need more."""
+
+    FILE_SIZE = "file size (RLIMIT_FSIZE)"
+    MEMORY = "memory (RLIMIT_DATA)"
+    DEVICE_MEMORY = "device memory"
+    CPU_TIME = "CPU time (RLIMIT_CPU)"
+    OPEN_FILES = "open files (RLIMIT_NOFILE)"
+    PROCESSES = "processes (RLIMIT_NPROC)"
+    REPLY_SIZE = "reply size (bytes the child may send)"
+
+
 @dataclass(frozen=True)
-class SandboxResult:
-    """Outcome of `run_candidate`.
+class Verdict:
+    """The judge's verdict on one candidate.
 
     `status` (a `forge.outcome.Outcome`, a str enum): `ok` (correct; timed when benchmarking was asked),
     `compile_error` (syntax error, import failure, language compiler error), `runtime_error` (the candidate raised),
@@ -30,12 +49,13 @@ class SandboxResult:
     `phase`, `cancelled`.
     `latency_ms` / `baseline_ms` are `BenchmarkResult.to_dict()` of the candidate and of the original PyTorch function
     timed in the same child (None when not benchmarked). `stdout`/`stderr` are the child's output (truncated).
-    `isolation` is an `agent.sandbox.isolation.IsolationLevel` (a str enum: `boundary`, `network`, `none`), with
+    `isolation` is an `forge.sandbox.isolation.IsolationLevel` (a str enum: `boundary`, `network`, `none`), with
     `isolation_reason`.
-    `source_path` is the candidate file when the run folder was kept, else None.
+    `source_path` is the candidate file when the run folder was kept, else None. `limit`: the harness limit that was
+    reached (status `harness_error`), else None.
     """
 
-    status: SandboxStatus
+    status: Outcome
     message: str
     details: dict[str, Any] = field(default_factory=dict)
     latency_ms: dict[str, Any] | None = None
@@ -46,11 +66,16 @@ class SandboxResult:
     isolation_reason: str = ""
     wall_s: float = 0.0
     source_path: str | None = None
+    limit: HarnessLimit | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ValueError(f"unknown sandbox status {self.status!r}; expected one of {', '.join(STATUSES)}")
+            raise ValueError(f"unknown verdict status {self.status!r}; expected one of {', '.join(STATUSES)}")
         object.__setattr__(self, "status", Outcome(self.status))
+        if self.limit is not None:
+            object.__setattr__(self, "limit", HarnessLimit(self.limit))
+            if self.status is not Outcome.HARNESS_ERROR:
+                raise ValueError(f"a verdict naming the harness limit {self.limit.value} must be harness_error")
 
     @property
     def issues(self) -> tuple[ValidationIssue, ...]:

@@ -46,6 +46,7 @@ __all__ = [
     "Outbox",
     "PeerGone",
     "RemoteObject",
+    "ReplyTooLarge",
     "WireError",
     "decode_tree",
     "dump_inputs",
@@ -75,6 +76,11 @@ class WireError(Exception):
 
 class PeerGone(WireError):
     """The other end closed the channel (the child exited or was killed)."""
+
+
+class ReplyTooLarge(WireError):
+    """A message would carry more tensor bytes or storages than the harness allows (`Outbox.max_bytes`,
+    `MAX_FDS`): a limit of the harness, reported as such (`harness_error`), never the candidate's fault."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -236,10 +242,10 @@ class Outbox:
     def attach(self, storage: torch.UntypedStorage, **extra: Any) -> int:
         """Attach a copy of `storage` (always a new entry); its index in `storages`."""
         if len(self.fds) >= MAX_FDS:
-            raise WireError(f"more than {MAX_FDS} distinct tensor storages")
+            raise ReplyTooLarge(f"more than {MAX_FDS} distinct tensor storages")
         self.total_bytes += storage.nbytes()
         if self.max_bytes is not None and self.total_bytes > self.max_bytes:
-            raise WireError(f"more than {self.max_bytes} bytes of tensors")
+            raise ReplyTooLarge(f"more than {self.max_bytes} bytes of tensors")
         self.fds.append(write_storage(storage))
         self.storages.append({"nbytes": storage.nbytes(), "device": str(storage.device), **extra})
         self.keep.append(storage)

@@ -1,0 +1,159 @@
+"""`Judge`: the one component that judges every candidate, function kernel or module, static or generated.
+
+Why one: judging used to be assembled in four places (the optimizer's `KernelUtils.validate` plus probes, the
+sandbox's launch check, the evals' seed and size rules for modules, `module_verdict` in a plain child where the
+candidate shared a process with its own verdict), with three isolation mechanisms and as many status vocabularies.
+Now every caller (the generator's conversations, `make_plan`, `kforge eval`, `kforge plan verify`) asks this one
+object, and a new check is added in one place:
+
+- `judge_source(source, target, language)`: code from a model (hostile). Screened by its language; then run in a
+  sandbox child (`forge.sandbox`: the bubblewrap boundary, limits sized from the case) while this process runs the
+  oracle on what the child sends back: `validate` with the probes and the integrity check (`KernelUtils.validate`),
+  the run-time launch check, a module target's seed and size rules (`forge.judging.modules.check_module`). The
+  child also times the candidate against the reference, for the model's feedback only (a kernel controls its own
+  process and clocks).
+- `judge_callable(fn, target)`: code this process already trusts (a static provider, a kernel library, an eval's
+  eager or compiled baseline, a generated kernel being re-checked where it will serve): the same oracle, in
+  process.
+- `time(fn, samples, reference=...)`: the timing that decides (the optimizer's selection, the eval's speedups), in
+  the process that will serve the kernel, behind the integrity snapshot and with spot checks of timed passes
+  (`KernelUtils.benchmark`).
+
+Every answer is a `forge.judging.verdict.Verdict` whose `status` is a `forge.outcome.Outcome`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from forge.checking.kernel_utils import KernelUtils
+from forge.judging.modules import ModelCall, check_module
+from forge.judging.targets import FunctionTarget, ModuleTarget
+from forge.judging.verdict import Verdict
+from forge.outcome import CandidateCall, HarnessError, Outcome, ValidationIssue, issue_of, outcome_of_issues
+from forge.samples import Sample
+from forge.sandbox.options import SandboxOptions
+
+if TYPE_CHECKING:
+    from forge.sandbox.isolation import Isolation
+
+__all__ = ["Judge", "JudgeOptions"]
+
+_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class JudgeOptions:
+    """`sandbox`: limits and isolation of each child (`SandboxOptions`); `max_concurrent`: children at once (one
+    per GPU is the usual choice); `benchmark`: time correct candidates in the child for the model's feedback."""
+
+    sandbox: SandboxOptions = field(default_factory=SandboxOptions)
+    max_concurrent: int = 1
+    benchmark: bool = True
+
+
+class Judge:
+    """Judges candidates against targets with one oracle (see the module docstring). `kernel_utils`: the oracle and
+    timing settings (`KernelUtils`), shared by every judgement."""
+
+    def __init__(self, kernel_utils: KernelUtils | None = None, options: JudgeOptions | None = None) -> None:
+        self.kernel_utils = kernel_utils if kernel_utils is not None else KernelUtils()
+        self.options = options if options is not None else JudgeOptions()
+        from forge.sandbox.pool import SandboxPool  # the sandbox imports the judge's targets and verdicts
+
+        self.pool = SandboxPool(self.options.max_concurrent, self.options.sandbox)
+
+    def __repr__(self) -> str:
+        return f"Judge(timing={self.kernel_utils.timing.value}, max_concurrent={self.options.max_concurrent})"
+
+    # -- code from a model ------------------------------------------------------------------------------
+    def isolation(self) -> Isolation:
+        """The isolation source candidates get; `SandboxUnavailableError` when they would be refused (ask before
+        spending LLM calls)."""
+        return self.pool.isolation()
+
+    def judge_source(self, source: str, target: FunctionTarget | ModuleTarget, language: Any, *,
+                     benchmark: bool | None = None, cancel_event: threading.Event | None = None) -> Verdict:
+        """Screen, build and run `source` in a sandbox child; the verdict is computed here (module docstring)."""
+        return self.pool.run(source, target, language, kernel_utils=self.kernel_utils,
+                             benchmark=self.options.benchmark if benchmark is None else benchmark,
+                             cancel_event=cancel_event)
+
+    # -- code this process trusts -----------------------------------------------------------------------
+    def judge_callable(self, candidate: Callable[..., Any], target: FunctionTarget | ModuleTarget, *,
+                       trusted: bool = False) -> Verdict:
+        """The oracle on a candidate that runs in this process: for a function target `candidate(*args, **kwargs)`;
+        for a module target `candidate(seed)` builds the module (a `ModelNew` class bound to the problem, see
+        `module_builder`). `trusted`: code from a trusted compiler (Inductor), so the dispatch-mode runs are skipped.
+        Exceptions the candidate raises are its verdict; `harness_error` when the harness failed."""
+        started = time.monotonic()
+        try:
+            if isinstance(target, ModuleTarget):
+                errors, outcome, details = self._module_in_process(candidate, target, trusted)
+            else:
+                fn = candidate if not trusted else _Trusted(candidate)
+                errors = [issue_of(e) for e in self.kernel_utils.validate(target.reference_fn, CandidateCall(fn),
+                                                                          list(target.samples))]
+                outcome, details = outcome_of_issues(errors), {"phase": "validation"}
+        except HarnessError as exc:
+            return Verdict(Outcome.HARNESS_ERROR, f"harness error: {_short(exc.reason)}",
+                           details={"phase": "validation", "out_of_memory": exc.out_of_memory},
+                           wall_s=time.monotonic() - started)
+        if not errors:
+            return Verdict(Outcome.OK, "correct on every sample", details={**details, "validated_in": "this process"},
+                           wall_s=time.monotonic() - started)
+        details.update(errors=[str(e) for e in errors], issues=[e.to_dict() for e in errors])
+        return Verdict(outcome, f"{len(errors)} validation error(s); first: {_short(str(errors[0]), 200)}",
+                       details=details, wall_s=time.monotonic() - started)
+
+    def _module_in_process(self, build: Callable[[int], Any], target: ModuleTarget, trusted: bool
+                           ) -> tuple[list[ValidationIssue], Outcome, dict[str, Any]]:
+        check = check_module(target.source, lambda seed: ModelCall(build(seed), trusted=trusted),
+                             self.kernel_utils.validate, target.device, seeds=target.seeds, dtype=target.dtype)
+        details: dict[str, Any] = {"phase": "module check", "seeds_checked": check.seeds_checked}
+        if check.scaled is not None:
+            details.update(oracle_scaled=check.scaled.value, note=check.scaled.note(target.seeds[0]))
+        return check.errors, check.outcome, details
+
+    # -- the timing that decides ------------------------------------------------------------------------
+    def time(self, fn: Callable[..., Any], samples: Sequence[Sample], *,
+             reference: Callable[..., Any] | None = None) -> Any:
+        """`KernelUtils.benchmark` in this process: per-pass timing, spot checks against `reference` when given
+        (`SpotCheckError` when a timed pass computed something else)."""
+        return self.kernel_utils.benchmark(fn, samples, reference=reference)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def kill_all(self, timeout_s: float = 5.0) -> int:
+        """End every live sandbox child of this judge (cancelled runs return `timeout`, `details["cancelled"]`)."""
+        return self.pool.kill_all(timeout_s)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def module_builder(target: ModuleTarget, cls: type) -> Callable[[int], torch.nn.Module]:
+    """`seed -> cls(*get_init_inputs())` built as the judge builds `Model` (for `judge_callable` on a module)."""
+    return lambda seed: target.source.build(cls, target.device, seed, dtype=target.dtype)
+
+
+class _Trusted:
+    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
+
+    allows_dispatch_poisoning = False
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def _short(text: str, limit: int = _MESSAGE_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

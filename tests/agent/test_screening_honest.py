@@ -1,0 +1,454 @@
+"""Honest nn.Module and kernel code passes the screen (issue: 0 of 8 honest KernelBench replies passed on the first
+turn: all for `super(ModelNew, self).__init__()`, three for reading their own layers' parameters and settings), and
+the nearest hostile variant of each relaxation stays refused.
+
+The honest files are written the way models write KernelBench replies: `super(ModelNew, self).__init__()`, layers
+built in `__init__`, `conv = self.conv` then `conv.weight` / `conv.stride`, a helper taking the layer, a Linear named
+`self.matmul`, a `@dataclass` config, a Triton kernel launched in `forward`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from agent.languages import TritonLanguage, get_language
+from agent.languages.triton import module_function_internals, module_host_attributes, triton_function_internals
+from agent.screening import format_violations, policy
+
+_KERNEL = '''
+@triton.jit
+def _bias_act_kernel(x_ptr, b_ptr, y_ptr, n, C, HW, slope, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    c = (offs // HW) % C
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+    y = x + b
+    y = tl.where(y >= 0, y, y * slope)
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
+
+_HEADER = '''
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+'''
+
+
+def module_file(body: str) -> str:
+    return _HEADER + _KERNEL + "\n\n" + textwrap.dedent(body).strip("\n") + "\n"
+
+
+def screen_module(source: str) -> list:
+    return TritonLanguage().screen_module(source)
+
+
+def assert_passes(source: str) -> None:
+    violations = screen_module(source)
+    assert violations == [], format_violations(violations)
+
+
+def refused(source: str) -> list[str]:
+    violations = screen_module(source)
+    assert violations, "expected a refusal"
+    return [v.construct for v in violations]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Realistic honest replies
+# ---------------------------------------------------------------------------------------------------------
+CONV_GROUPNORM = module_file('''
+def _group_norm_params(gn):
+    """The GroupNorm's settings, read from the layer the helper is given."""
+    return gn.num_groups, gn.num_channels, gn.eps, gn.affine, gn.weight, gn.bias
+
+
+class ModelNew(nn.Module):
+    """Conv2d -> GroupNorm -> LeakyReLU, with the bias and the activation fused in a Triton kernel."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, num_groups, negative_slope=0.01):
+        super(ModelNew, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=1)
+        self.gn = nn.GroupNorm(num_groups, out_channels)
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        conv = self.conv
+        w = conv.weight
+        b = conv.bias
+        kh, kw = conv.kernel_size
+        stride, padding, dilation = conv.stride, conv.padding, conv.dilation
+        assert conv.groups == 1 and conv.padding_mode == "zeros"
+        assert conv.in_channels == x.shape[1] and conv.out_channels == w.shape[0]
+        gn = self.gn
+        groups, channels, eps, affine, gamma, beta = _group_norm_params(gn)
+        assert gn.num_groups == groups and channels == w.shape[0] and affine and eps > 0
+        n, _, h, wd = x.shape
+        oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        y = torch.empty((n, channels, oh, ow), device=x.device, dtype=x.dtype)
+        total = y.numel()
+        BLOCK = 1024
+        grid = (triton.cdiv(total, BLOCK),)
+        _bias_act_kernel[grid](x, b, y, total, channels, oh * ow, self.negative_slope, BLOCK=BLOCK)
+        return y
+''')
+
+GEMM_NAMED_LIKE_OPS = module_file('''
+class ModelNew(nn.Module):
+    """Gemm -> bias -> softmax-like epilogue; the submodules keep the reference Model's names (state_dict)."""
+
+    def __init__(self, in_features, out_features, dropout_p=0.0):
+        super(ModelNew, self).__init__()
+        self.matmul = nn.Linear(in_features, out_features)
+        self.gemm = nn.Linear(out_features, out_features, bias=True)
+        self.softmax = nn.Softmax(dim=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.dropout = nn.Dropout(p=dropout_p)
+        self.bias = nn.Parameter(torch.randn(out_features) * 0.02)
+
+    def forward(self, x):
+        weight = self.matmul.weight
+        bias = self.matmul.bias
+        gemm_bias = self.gemm.bias
+        dim = self.softmax.dim
+        inplace = self.relu.inplace
+        p = self.dropout.p
+        assert dim == 1 and inplace and p == 0.0
+        assert self.matmul.in_features == x.shape[1] and self.matmul.out_features == weight.shape[0]
+        linear = self.matmul
+        assert linear.weight.shape[1] == x.shape[1]
+        y = torch.empty((x.shape[0], weight.shape[0]), device=x.device, dtype=x.dtype)
+        n = y.numel()
+        _bias_act_kernel[(triton.cdiv(n, 256),)](x, bias + 0 * gemm_bias, y, n, y.shape[1], 1, 1.0, BLOCK=256)
+        return y
+''')
+
+NORMS_EMBEDDINGS_ATTENTION = module_file('''
+def _bn_state(bn):
+    return bn.running_mean, bn.running_var, bn.momentum, bn.eps, bn.training, bn.track_running_stats, bn.num_features
+
+
+class ModelNew(nn.Module):
+    def __init__(self, vocab, dim, heads, channels):
+        super(ModelNew, self).__init__()
+        self.emb = nn.Embedding(vocab, dim, padding_idx=0)
+        self.ln = nn.LayerNorm(dim, eps=1e-5, elementwise_affine=True)
+        self.attn = nn.MultiheadAttention(dim, heads, dropout=0.0, batch_first=True)
+        self.bn = nn.BatchNorm2d(channels)
+        self.act = nn.LeakyReLU(negative_slope=0.2)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.up = nn.ConvTranspose2d(channels, channels, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, tokens, image):
+        emb = self.emb
+        assert emb.embedding_dim == self.ln.normalized_shape[0] and emb.num_embeddings > 0 and emb.padding_idx == 0
+        ln = self.ln
+        assert ln.elementwise_affine and ln.eps > 0
+        attn = self.attn
+        head_dim = attn.head_dim
+        assert attn.num_heads * head_dim == attn.embed_dim and attn.dropout == 0.0 and attn.batch_first
+        qkv_weight = attn.in_proj_weight
+        out_proj = attn.out_proj
+        mean, var, momentum, eps, training, tracking, features = _bn_state(self.bn)
+        assert features == image.shape[1] and tracking and momentum is not None and not training or self.training
+        slope = self.act.negative_slope
+        assert self.gelu.approximate == "tanh"
+        up = self.up
+        assert up.output_padding == (1, 1) and up.in_channels == up.out_channels and up.padding_mode == "zeros"
+        y = torch.empty_like(image)
+        n = y.numel()
+        _bias_act_kernel[(triton.cdiv(n, 512),)](image, mean, y, n, features, image.shape[2] * image.shape[3], slope,
+                                                 BLOCK=512)
+        del qkv_weight, out_proj, var, eps
+        return y
+''')
+
+HELPERS_AND_CONTAINERS = module_file('''
+BLOCK_SIZE = 1024
+_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class _LaunchConfig:
+    BLOCK_M: int = 64
+    num_warps: int = 4
+    extra: dict = field(default_factory=dict)
+
+
+class _Blocks(object):
+    """Block sizes for a row length."""
+
+    MAX_BLOCK = 4096
+
+    def __init__(self, n_cols):
+        self.block = min(triton.next_power_of_2(n_cols), self.MAX_BLOCK)
+        self.warps = 4 if self.block <= 1024 else 8
+
+    @staticmethod
+    def grid(n, block):
+        return (triton.cdiv(n, block),)
+
+    @property
+    def stages(self):
+        return 2 if self.block > 256 else 1
+
+
+_CONFIG = _LaunchConfig()
+
+
+def _launch(x, bias, y, blocks, config):
+    n = y.numel()
+    _bias_act_kernel[blocks.grid(n, blocks.block)](x, bias, y, n, y.shape[1], 1, 1.0, BLOCK=blocks.block,
+                                                   num_warps=config.num_warps)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features, num_layers=2):
+        super(ModelNew, self).__init__()
+        self.weight = nn.Parameter(torch.empty(features, features))
+        self.bias = nn.Parameter(torch.zeros(features))
+        self.register_buffer("running_scale", torch.ones(features))
+        self.register_buffer("mask", torch.ones(features), persistent=False)
+        self.layers = nn.ModuleList([nn.Linear(features, features) for _ in range(num_layers)])
+        self.head = nn.Sequential(nn.Linear(features, features), nn.ReLU(), nn.Dropout(0.0))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        torch.nn.init.zeros_(self.bias)
+        for layer in self.layers:
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        self.config = _LaunchConfig(BLOCK_M=128)
+
+    def extra_repr(self):
+        return super(ModelNew, self).extra_repr() + f", layers={len(self.layers)}"
+
+    def forward(self, x):
+        if self.training:
+            raise RuntimeError("inference only")
+        for layer in self.layers:
+            assert layer.in_features == layer.out_features == x.shape[-1]
+        first = self.head[0]
+        assert first.weight.shape == self.weight.shape and first.bias is not None
+        blocks = _Blocks(x.shape[-1])
+        assert blocks.stages >= 1 and _Blocks.MAX_BLOCK >= BLOCK_SIZE and _LaunchConfig.BLOCK_M == 64
+        assert _Blocks.grid(4, 2) == (2,) and self.config.BLOCK_M == 128 and _CONFIG.BLOCK_M <= blocks.MAX_BLOCK
+        y = torch.empty_like(x)
+        _launch(x, self.bias, y, blocks, _CONFIG)
+        return y
+''')
+
+
+@pytest.mark.parametrize("source", [CONV_GROUPNORM, GEMM_NAMED_LIKE_OPS, NORMS_EMBEDDINGS_ATTENTION,
+                                    HELPERS_AND_CONTAINERS],
+                         ids=["conv_groupnorm", "gemm_named_like_ops", "norms_embeddings_attention",
+                              "helpers_and_containers"])
+def test_honest_kernelbench_replies_pass(source: str) -> None:
+    assert_passes(source)
+
+
+def test_super_with_the_enclosing_class_and_self_reaches_any_base_method() -> None:
+    source = CONV_GROUPNORM.replace(
+        "    def forward(self, x):\n",
+        "    def train(self, mode=True):\n        return super(ModelNew, self).train(mode)\n\n"
+        "    def forward(self, x):\n", 1)
+    assert_passes(source)
+
+
+def test_function_kernels_may_use_helper_classes_too() -> None:
+    source = textwrap.dedent('''
+        from dataclasses import dataclass
+
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @dataclass
+        class _Config:
+            BLOCK: int = 256
+            num_warps: int = 4
+
+
+        class _Plan:
+            def __init__(self, n):
+                self.n = n
+                self.config = _Config()
+
+            def grid(self):
+                return (triton.cdiv(self.n, self.config.BLOCK),)
+
+
+        class _Strict(_Plan):
+            def __init__(self, n):
+                super(_Strict, self).__init__(n)
+
+
+        @triton.jit
+        def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = offs < n
+            tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=m), 0.0), mask=m)
+
+
+        def _go(x, y, plan):
+            _relu[plan.grid()](x, y, plan.n, BLOCK=plan.config.BLOCK, num_warps=plan.config.num_warps)
+
+
+        def kernel_function(input, inplace=False):
+            x = input.contiguous()
+            y = torch.empty_like(x)
+            _go(x, y, _Strict(x.numel()))
+            return y
+        ''')
+    violations = get_language("triton").screen(source, "relu")
+    assert violations == [], format_violations(violations)
+
+
+def test_cuda_shares_the_python_screen_for_super_and_helper_classes() -> None:
+    """The CUDA language screens its launcher with the same analyser: `super(C, self)` and own-class attributes
+    pass there too (it has no module problems, so torch.nn layer names are not its concern)."""
+    from pathlib import Path
+
+    import agent.languages.cuda as cuda_package
+
+    example = (Path(cuda_package.__file__).parent / "cuda_example.py").read_text()
+    helper = textwrap.dedent('''
+        class _Base:
+            def __init__(self, block):
+                self.block = block
+
+
+        class _Launch(_Base):
+            def __init__(self, block):
+                super(_Launch, self).__init__(block)
+
+
+        _LAUNCH = _Launch(256)
+        ''')
+    source = example.replace("\n\ndef kernel_function(", "\n" + helper + "\n\ndef kernel_function(", 1)
+    source = source.replace("    block = 256\n", "    block = _LAUNCH.block\n")
+    assert "_LAUNCH.block" in source
+    cuda = get_language("cuda")
+    assert cuda.screen(source, "silu") == []
+    hostile = source.replace("super(_Launch, self).__init__(block)", "super(_Launch, torch.Tensor).__init__(block)")
+    assert "super" in [v.construct for v in cuda.screen(hostile, "silu")]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The derived torch.nn attribute names
+# ---------------------------------------------------------------------------------------------------------
+_LAYER_NAMES = """weight bias kernel_size stride padding dilation groups num_groups num_channels affine eps momentum
+    running_mean running_var normalized_shape elementwise_affine in_features out_features in_channels out_channels
+    padding_mode training num_features track_running_stats embedding_dim num_embeddings padding_idx num_heads head_dim
+    dropout p inplace negative_slope approximate dim output_padding in_proj_weight num_batches_tracked""".split()
+
+_INTERNALS = """fn src get_capture_scope rewrite format format_map cache used_global_vals kernel_cache device_caches run
+    warmup preload module jit_fn base_fn configs nargs f_back f_globals f_locals f_code tb_frame tb_next gi_frame
+    gi_code cr_frame co_code func args keywords fget mro compile forward apply train set_submodule
+    register_forward_hook""".split()
+
+
+def test_layer_names_are_derived_from_torch() -> None:
+    derived = policy.module_attributes()
+    missing = [name for name in _LAYER_NAMES if name not in derived and name not in policy.HOST_ATTRIBUTES]
+    assert not missing, f"not derived from torch.nn: {missing}"
+    allowed = module_host_attributes() | policy.HOST_ATTRIBUTES
+    assert set(_LAYER_NAMES) <= allowed
+
+
+def test_no_function_internal_enters_the_derived_names() -> None:
+    derived = module_host_attributes()
+    assert not derived & set(_INTERNALS)
+    assert not derived & policy.function_internals()
+    assert not derived & triton_function_internals()
+    assert not derived & module_function_internals()
+    assert not any(name.startswith("_") for name in derived)
+    assert not derived & policy.FRAME_ATTRIBUTES
+    assert not derived & set(policy.BANNED_ATTRIBUTES)
+    assert not derived & policy.forbidden_tensor_methods()
+
+
+def test_the_internals_are_derived_from_the_installed_triton() -> None:
+    internals = triton_function_internals()
+    for name in ("fn", "src", "get_capture_scope", "run", "warmup", "used_global_vals", "cache_key", "rewrite",
+                 "jit_fn", "configs", "do_bench"):
+        assert name in internals, name
+    python = policy.function_internals()
+    for name in ("format", "format_map", "f_back", "gi_frame", "co_code", "tb_frame", "fget", "func", "mro"):
+        assert name in python, name
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Nearest hostile variants of each relaxation
+# ---------------------------------------------------------------------------------------------------------
+_SUPER_LINE = "        super(ModelNew, self).__init__()\n"
+
+
+@pytest.mark.parametrize(("replacement", "construct"), [
+    ("        super(Other, self).__init__()\n", "super"),
+    ("        super(ModelNew, torch.Tensor).__init__()\n", "super"),
+    ("        obj = self\n        super(ModelNew, obj).__init__()\n", "super"),
+    ("        s = super\n        s(ModelNew, self).__init__()\n", "super"),
+    ("        super(ModelNew, self, 1).__init__()\n", "super"),
+    ("        super(ModelNew, self=self).__init__()\n", "super"),
+])
+def test_super_with_another_class_or_object_or_a_rebound_super_stays_refused(replacement: str,
+                                                                             construct: str) -> None:
+    source = CONV_GROUPNORM.replace(_SUPER_LINE, "        super().__init__()\n" + replacement)
+    source = source.replace("class ModelNew(nn.Module):",
+                            "class Other(nn.Module):\n    pass\n\n\nclass ModelNew(nn.Module):")
+    assert construct in refused(source)
+
+
+def test_super_at_module_level_rebinding_or_in_a_static_method_stays_refused() -> None:
+    rebound = "super = super\n" + CONV_GROUPNORM
+    assert "super" in refused(rebound)
+    renamed = CONV_GROUPNORM + "\n\nModelNew = ModelNew\n"
+    assert "super" in refused(renamed)
+    static = CONV_GROUPNORM.replace("    def forward(self, x):\n", "    @staticmethod\n    def make(self):\n"
+                                    "        return super(ModelNew, self).__init__()\n\n    def forward(self, x):\n")
+    assert "super" in refused(static)
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("k = _bias_act_kernel\n        s = k.get_capture_scope()", ".get_capture_scope"),
+    ("k = _bias_act_kernel\n        s = k.fn", ".fn"),
+    ("k = _bias_act_kernel\n        s = k.src", ".src"),
+    ("k = _bias_act_kernel\n        s = k.rewrite()", ".rewrite"),
+    ("k = _bias_act_kernel\n        s = k.used_global_vals", ".used_global_vals"),
+    ("k = _bias_act_kernel\n        s = k.cache", ".cache"),
+    ("k = _bias_act_kernel\n        s = k.run", ".run"),
+    ("s = _group_norm_params.__globals__", ".__globals__"),
+    ("s = '{0.__globals__}'.format(_group_norm_params)", ".format"),
+    ("s = self.conv.compile()", ".compile"),
+    ("s = x.softmax(-1)", ".softmax"),
+    ("s = self.conv.weight.exp()", ".exp"),
+    ("f = self.conv.weight.exp\n        s = f()", ".exp"),
+    ("s = self.softmax(x)", ".softmax"),
+    ("s = self.matmul(x)", ".matmul"),
+    ("s = [nn.Conv2d][0].train(torch.Tensor)", ".train"),
+])
+def test_internals_tensor_ops_and_compile_stay_refused_in_module_files(snippet: str, construct: str) -> None:
+    source = CONV_GROUPNORM.replace("        conv = self.conv\n", f"        {snippet}\n        conv = self.conv\n")
+    source = source.replace("        self.negative_slope = negative_slope\n",
+                            "        self.negative_slope = negative_slope\n        self.softmax = nn.Softmax(1)\n"
+                            "        self.matmul = nn.Linear(4, 4)\n")
+    assert construct in refused(source)
+
+
+@pytest.mark.parametrize("name", ["get_capture_scope", "fn", "src", "format", "used_global_vals", "run",
+                                  "cache", "f_globals", "rewrite"])
+def test_the_files_own_attribute_names_do_not_open_internals(name: str) -> None:
+    """A class that defines the name (as an attribute or method) must not make it readable on a kernel or string."""
+    header = f"class _Decoy:\n    {name} = 1\n\n    def __init__(self):\n        self.{name} = 2\n\n\n"
+    source = CONV_GROUPNORM.replace("def _group_norm_params", header + "def _group_norm_params", 1)
+    source = source.replace("        conv = self.conv\n", f"        leak = _bias_act_kernel.{name}\n"
+                            "        conv = self.conv\n")
+    assert f".{name}" in refused(source)
