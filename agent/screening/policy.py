@@ -16,8 +16,9 @@ scope, `InterpretedFunction.rewrite()`, names never imported and `str.format`). 
   file's own classes and torch.nn layers" below for why none of these opens a gadget.
 * Attribute assignment only as `self.x = ...`; no string constant spelling a dunder (`d["__builtins__"]`, `"__glob" +
   "als__"`).
-* The file's own classes only instantiated, subclassed, compared by identity, caught, raised, annotated with and
-  read for their constants and static methods; `type(x)` only compared; `super()` or `super(<this class>, self)`.
+* Through the file's own classes only their constants and static methods (a class passed around as a value, as in
+  ResNet's `_make_layer(BasicBlock, ...)`, may be instantiated, but its method names are then readable on no untyped
+  value); `type(x)` only compared; `super()` or `super(<this class>, self)`.
 * From allowed pure-Python modules, the helpers in `PLAIN_MODULE_ALLOWED` ("named math helpers").
 
 Within that, module references are judged as follows:
@@ -270,7 +271,8 @@ GETATTR_FAMILY: frozenset[str] = frozenset({"getattr", "setattr", "delattr", "ha
 
 # Attributes a kernel's host code may read on objects screening cannot type (tensors, devices, dtypes, finfo,
 # device properties, containers, strings, numbers, Triton autotuners and configs). Any other attribute of such an
-# object is refused (function internals such as `get_capture_scope`, `rewrite`, `fn`, `src`; `format`).
+# object is refused (function internals such as `get_capture_scope`, `rewrite`, `fn`, `src`; `format`). `data` is a
+# tensor's (or parameter's) detached view, `self.weight.data`; no function, frame or Triton kernel object has it.
 HOST_ATTRIBUTES: frozenset[str] = frozenset(
     """shape dtype device ndim is_cuda is_cpu is_meta layout requires_grad itemsize nbytes T mT is_sparse
     is_quantized is_leaf data
@@ -450,12 +452,15 @@ def torch_reference_problem(qualname: str, function_name: str | None = None) -> 
 # because `self` is then the file's own instance: whatever its attributes hold, the file put there through code the
 # screen judged. That holds only while a method cannot be called with another object as `self`, so everything that
 # hands a method (or the class, through which methods come unbound) to code of the file's choice is refused:
-# `Cls.method`, the class as a value (`c = Cls`, `f(Cls)`, `[Cls]`), `type(obj)` outside a comparison, `super(C, obj)`
-# with any other object than the method's own `self`, a method aliased in its class body (`get = update`,
-# `classmethod(update)`), method decorators other than `ALLOWED_METHOD_DECORATORS`, class decorators other than
-# `ALLOWED_CLASS_DECORATORS`, metaclasses and the hooks in `CLASS_HOOKS` (they receive the class or an owner).
+# `Cls.method`, a method name read on a class passed as a value (`c = Cls; c.update(obj, v)`), `type(obj)` outside a
+# comparison, `super(C, obj)` with any other object than the method's own `self`, a method aliased in its class body
+# (`get = update`, `classmethod(update)`), `classmethod` at all, method decorators other than
+# `ALLOWED_METHOD_DECORATORS`, class decorators other than `ALLOWED_CLASS_DECORATORS`, metaclasses, classes nested in
+# classes (`self.Inner` is the class) and the hooks in `CLASS_HOOKS` (they receive the class or an owner).
 # Staticmethods and methods of classes whose bases are not in `TRUSTED_BASES` (e.g. a `str` subclass, whose `self`
-# has `format`) get no `self` privilege at all.
+# has `format`) get no `self` privilege at all. The privilege covers `self.x` only: what `self.x` holds is judged as
+# any value (`self.k = kernel; self.k.get_capture_scope()` is refused), and attributes are set only as `self.x = ...`
+# or on a layer or instance the class itself created there (`self.conv = nn.Conv2d(...)`; `self.conv.bias = ...`).
 #
 # Attribute names on values the screen cannot type: besides `HOST_ATTRIBUTES`, the names the file's own classes
 # define (class-body names, `self.x = ...` in their methods) and, for module problems, the parameter, buffer and

@@ -118,10 +118,6 @@ def _text(node: ast.AST) -> str:
     return text if len(text) <= _MAX_CONSTRUCT else text[: _MAX_CONSTRUCT - 3] + "..."
 
 
-def _is_static(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    return any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in fn.decorator_list)
-
-
 def _is_dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and len(name) > 4
 
@@ -131,6 +127,12 @@ _BUILTIN_EXCEPTIONS = frozenset(name for name in dir(builtins) if isinstance(get
                                 and issubclass(getattr(builtins, name), BaseException))
 _DUNDER_STRING = re.compile(r"^__\w+__$")
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _is_tensor_class(value: object) -> bool:
+    import torch
+
+    return isinstance(value, type) and issubclass(value, torch.Tensor)
 
 
 def _folded_string(node: ast.AST) -> str | None:
@@ -187,6 +189,7 @@ class _Analyser:
         self.finfo_names: set[str] = set()
         self._locals_cache: dict[int, set[str]] = {}
         self._stores_cache: dict[int, set[str]] = {}
+        self._owned_cache: dict[int, set[str]] = {}
 
     # -- helpers ------------------------------------------------------------------------------------------
     def flag(self, construct: str, node: ast.AST | None, message: str, kind: str = "forbidden") -> None:
@@ -274,11 +277,12 @@ class _Analyser:
 
     # -- the file's own classes -----------------------------------------------------------------------------
     def own_attributes(self) -> set[str]:
-        """Public attribute names the file's classes define: class-body names (fields, constants, methods) and what
+        """Public attribute names the file's classes define: class-body names (fields, constants, methods), what
         their methods set or register on their first parameter (`self.block = ...`, `self.register_buffer("scale",
-        ...)`). They may be read on values screening cannot type (a config passed to a helper), less
-        `self.internals`: on a function, frame, Triton kernel or autotuner such a name does not exist, so what it
-        reads is an attribute of the file's own object (or of a tensor or layer, as any allowed name)."""
+        ...)`), and the keys of the `nn.ModuleDict` / `nn.ParameterDict` the file builds. They may be read on values
+        screening cannot type (a config passed to a helper), less `self.internals`: on a function, frame, Triton
+        kernel or autotuner such a name does not exist, so what it reads is an attribute of the file's own object (or
+        of a tensor or layer, as any allowed name)."""
         names: set[str] = set()
         for defs in self.class_defs.values():
             for cls in defs:
@@ -301,6 +305,15 @@ class _Analyser:
                                 and sub.args and isinstance(sub.args[0], ast.Constant) \
                                 and isinstance(sub.args[0].value, str):
                             names.add(sub.args[0].value)
+        # `nn.ModuleDict(dict(c_fc=nn.Linear(...)))` / `nn.ModuleDict({"act": ...})`: the keys are attributes too.
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and node.args and (self.resolve(node.func) or set()) & {
+                    "torch.nn.ModuleDict", "torch.nn.ParameterDict"}:
+                arg = node.args[0]
+                if isinstance(arg, ast.Dict):
+                    names.update(k.value for k in arg.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+                elif isinstance(arg, ast.Call) and self._builtin(arg.func, {"dict"}):
+                    names.update(k.arg for k in arg.keywords if k.arg)
         return {n for n in names if n.isidentifier() and not n.startswith("_")}
 
     def _resolves_to(self, node: ast.AST, allowed: frozenset[str]) -> bool:
@@ -525,36 +538,56 @@ class _Analyser:
                 and isinstance(self.parent(cls), ast.Module) and self._bound_once(cls.name)
                 and cls.name not in self._local_names(method))
 
-    def check_class_name_use(self, node: ast.Name) -> None:
-        """One of the file's classes may be instantiated, subclassed, compared, caught, raised, annotated with and
-        read for its constants; as a value (`c = Cls`, `f(Cls)`, `[Cls]`) it would reach its methods unbound, with
-        any object as `self`."""
+    def _class_name_escapes(self, node: ast.Name) -> bool:
+        """Whether this use of one of the file's classes hands the class itself to code (a variable, an argument, a
+        container, `==` with an object of the file's): instantiating, subclassing, `isinstance`, `is`, catching,
+        raising, annotating, `super(Cls, self)` and `Cls.CONSTANT` do not (`check_unbound_method` judges the last)."""
         parent = self.parent(node)
         if isinstance(parent, ast.Tuple):
             holder = self.parent(parent)
             if isinstance(holder, ast.ExceptHandler) or (isinstance(holder, ast.Compare)
                                                          and self._class_safe_compare(holder)) or (
                     self._is_isinstance_call(holder) and holder.args[1] is parent):  # type: ignore[union-attr]
-                return
+                return False
         if isinstance(parent, ast.Call) and (parent.func is node or (
                 self._is_isinstance_call(parent) and len(parent.args) == 2 and parent.args[1] is node) or (
                 isinstance(parent.func, ast.Name) and parent.func.id == "super" and parent.args
                 and parent.args[0] is node)):
-            return
+            return False
         if isinstance(parent, ast.Attribute) and parent.value is node:
-            return
+            return False
         if isinstance(parent, ast.ClassDef) and (node in parent.bases or node in parent.decorator_list):
-            return
+            return False
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and node in parent.decorator_list:
-            return
+            return False
         if isinstance(parent, (ast.ExceptHandler, ast.Raise, ast.MatchClass)):
-            return
+            return False
         if isinstance(parent, ast.Compare) and self._class_safe_compare(parent):
-            return
-        if self._in_annotation(node):
-            return
-        self.flag(node.id, node, f"`{_text(parent or node)}` uses the class {node.id} as a value, through which its "
-                  "methods come unbound (any object as self); instantiate it, subclass it or read its constants")
+            return False
+        return not self._in_annotation(node)
+
+    def escaping_method_names(self) -> tuple[set[str], set[str]]:
+        """(classes the file hands around as values, the names through which they give functions that take
+        `self`). A class passed as a value (`self._make_layer(BasicBlock, 64)`, `block = Bottleneck`) may be
+        instantiated and read for its constants, but its methods would come unbound, to be called with any object
+        as self (`block.update(torch.Tensor, f)` patching torch.Tensor): so the names of such a class's (and its own
+        bases') non-constant class-body bindings are readable on no value the screen cannot type."""
+        escaping: set[str] = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in self.own_classes \
+                    and self._class_name_escapes(node):
+                escaping.add(node.id)
+        names: set[str] = set()
+        todo, seen = list(escaping), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for cls in self.class_defs.get(name, ()):
+                names |= _scope_bindings(cls.body) - self.class_facts(cls).data_names
+                todo.extend(b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in self.own_classes)
+        return escaping, names
 
     def _class_safe_compare(self, node: ast.Compare) -> bool:
         """A comparison that hands no class to the file's code: only `is` / `is not`, or only classes on every side
@@ -570,10 +603,11 @@ class _Analyser:
                 return operand.value is None
             if isinstance(operand, ast.Call):
                 return self._maybe_builtin(operand.func, "type") and len(operand.args) == 1
-            if isinstance(operand, ast.Name):
-                return operand.id in self.own_classes or (
-                    self._builtin(operand, _BUILTIN_NAMES) and isinstance(getattr(builtins, operand.id), type))
-            return False
+            if isinstance(operand, ast.Name) and (operand.id in self.own_classes or (
+                    self._builtin(operand, _BUILTIN_NAMES) and isinstance(getattr(builtins, operand.id), type))):
+                return True
+            found = self.resolve(operand)  # `torch.Tensor`, `nn.Linear`: a library class
+            return bool(found) and all(isinstance(policy.lookup(q), type) for q in found)
 
         return all(is_class(o) for o in (node.left, *node.comparators))
 
@@ -638,7 +672,9 @@ class _Analyser:
         self.internals = policy.function_internals() | (
             self.rules.function_internals() if self.rules.function_internals is not None else frozenset())
         extra = self.rules.host_attributes() if self.rules.host_attributes is not None else frozenset()
-        self.host_attributes = policy.HOST_ATTRIBUTES | ((self.own_attributes() | extra) - self.internals)
+        self.escaping_classes, self.escaping_names = self.escaping_method_names()
+        self.host_attributes = (policy.HOST_ATTRIBUTES | ((self.own_attributes() | extra) - self.internals)) \
+            - self.escaping_names
         for node in ast.walk(self.tree):
             self.visit(node)
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
@@ -800,8 +836,7 @@ class _Analyser:
                 and node in self.parent(node).decorator_list):  # type: ignore[union-attr]
             self.flag("classmethod", node, f"`{_text(self.parent(node) or node)}` makes a classmethod, whose first "
                       "argument is the class (its methods unbound); use a staticmethod or an instance method")
-        if load and name in self.own_classes:
-            self.check_class_name_use(node)
+
         if _is_dunder(name) and name not in policy.SAFE_DUNDERS:
             self.flag(name, node, f"{name} is an interpreter internal; not allowed in kernels")
             return
@@ -862,10 +897,11 @@ class _Analyser:
                 target = sorted(self.resolve(node) or {_text(node)})[0]
                 self.flag(target, node, f"assignment to `{_text(node)}` ({target}) patches a module attribute "
                           "(monkey-patching); not allowed")
-            elif not self._is_self_attribute(node):
+            elif not self._is_self_attribute(node) and not self._is_owned_object_store(node):
                 self.flag(f".{attr}", node, f"assignment to `{_text(node)}` sets .{attr} on an object the file does "
-                          "not own; kernels may set attributes only on `self` in their own classes (`self.x = ...`, "
-                          "not on what `self.x` holds)")
+                          "not own; kernels may set attributes only on `self` in their own classes (`self.x = ...`) "
+                          "and on the layers and objects their methods create there (`self.conv = nn.Conv2d(...)`, "
+                          "then `self.conv.bias = ...`)")
             return
         if isinstance(node.ctx, ast.Load):
             if self.resolve(node) is not None:
@@ -917,6 +953,80 @@ class _Analyser:
         `self.t = torch.Tensor; self.t.sum = f` are refused)."""
         return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and self._is_self_chain(node)
 
+    def _is_owned_object_store(self, node: ast.Attribute) -> bool:
+        """`self.conv.bias = nn.Parameter(...)` where `self.conv` is owned (`_owned_attributes`): the object is a
+        fresh layer or instance the class made itself, so setting its attribute patches nothing shared."""
+        inner = node.value
+        if not (isinstance(inner, ast.Attribute) and self._is_self_attribute(inner)):
+            return False
+        method = self._trusted_self_method(inner.value)  # type: ignore[arg-type]
+        cls = self.parent(method) if method is not None else None
+        return isinstance(cls, ast.ClassDef) and inner.attr in self._owned_attributes(cls)
+
+    def _owned_attributes(self, cls: ast.ClassDef) -> set[str]:
+        """Attributes `x` of the class's instances that can only hold an object the class created: every store of
+        an attribute named `x` anywhere in the file is `self.x = <Layer>(...)` (a torch.nn class the language allows,
+        not a tensor class: on `nn.Parameter(...)` an instance attribute would shadow the tensor methods the judge
+        calls on an output) or `self.x = <OwnClass>(...)` (a trusted class of the file) in a plain method of this
+        class; `x` is no name of the file's class bodies nor of a library base (a class attribute would shadow the
+        instance's), nor registered by name (`register_parameter("x", p)`); and the file touches no `_modules` /
+        `_parameters` / `_buffers` (through which nn.Module's lookup of `self.x` could be pointed at another
+        object)."""
+        cached = self._owned_cache.get(id(cls))
+        if cached is not None:
+            return cached
+        owned: set[str] = set()
+        self._owned_cache[id(cls)] = owned
+        internals = {"_modules", "_parameters", "_buffers"}
+        if any(isinstance(n, ast.Attribute) and n.attr in internals or (
+                isinstance(n, ast.Constant) and n.value in internals) for n in ast.walk(self.tree)):
+            return owned
+        body_names: set[str] = set()
+        for defs in self.class_defs.values():
+            for other in defs:
+                body_names |= _scope_bindings(other.body)
+        base_names: set[str] = set()
+        for base in cls.bases:
+            target = base.value if isinstance(base, ast.Subscript) else base
+            for qualname in self.resolve(target) or ():
+                value = policy.lookup(qualname)
+                if isinstance(value, type):
+                    base_names.update(dir(value))
+        registering = {"register_buffer", "register_parameter", "register_module", "add_module", "set_submodule"}
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in registering \
+                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                body_names.add(n.args[0].value.split(".")[0])
+        stores: dict[str, list[ast.Attribute]] = {}
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Load):
+                stores.setdefault(n.attr, []).append(n)
+        allowed = self.rules.torch_allowed
+        for name, sites in stores.items():
+            if name in body_names or name in base_names or _is_dunder(name):
+                continue
+            ok = True
+            for site in sites:
+                statement = self.parent(site)
+                value = statement.value if isinstance(statement, ast.Assign) and statement.targets == [site] else None
+                method = self._trusted_self_method(site.value) if isinstance(site.value, ast.Name) else None
+                if value is None or method is None or self.parent(method) is not cls \
+                        or not isinstance(value, ast.Call):
+                    ok = False
+                    break
+                func = value.func
+                own = isinstance(func, ast.Name) and func.id in self.class_defs and len(self.class_defs[func.id]) == 1 \
+                    and self.class_facts(self.class_defs[func.id][0]).trusted
+                layer = bool(self.resolve(func)) and allowed is not None and all(
+                    q.startswith("torch.nn.") and allowed(q) and not _is_tensor_class(policy.lookup(q))
+                    for q in self.resolve(func) or ())
+                if not (own or layer):
+                    ok = False
+                    break
+            if ok:
+                owned.add(name)
+        return owned
+
     def _is_self_chain(self, node: ast.AST) -> bool:
         """`self.<...>` where `self` is the trusted first parameter of a plain method of a class defined in the file
         (`_trusted_self_method`)."""
@@ -956,7 +1066,12 @@ class _Analyser:
             allowed, where = self.host_attributes, "attributes host code may read (tensor metadata and views, " \
                 "dtype/device/finfo fields, device properties, container and string methods, layer parameters " \
                 "and settings, the file's own classes' attributes)"
-        if attr not in allowed:
+        if attr not in allowed and attr in self.escaping_names and not self.in_device_code(node):
+            classes = ", ".join(sorted(self.escaping_classes))
+            self.flag(f".{attr}", node, f"`{_text(node)}` reads .{attr}, a method name of {classes}, which the file "
+                      "passes around as a value: through the class, methods come unbound (any object as self); "
+                      "instantiate the class where it is named, or call the method on `self`")
+        elif attr not in allowed:
             self.flag(f".{attr}", node, f"`{_text(node)}` reads .{attr}, which is not on the allow-list of {where}; "
                       "function internals, formatting and reflection are refused")
 

@@ -304,8 +304,10 @@ def _record_verdict(verdict: Verdict, record: dict[str, Any]) -> bool:
         fail(record, Failure.DEVICE_FAULT, raised or verdict.message)
     else:
         fail(record, Failure.of(verdict.status), issues[0] if verdict.status is Outcome.MISMATCH else verdict.message)
-    if verdict.details.get("out_of_memory"):
-        record["out_of_memory"] = True
+        if verdict.status is Outcome.HARNESS_ERROR:
+            record.pop("errors", None)  # nothing of the candidate's was found wrong
+    if verdict.status is Outcome.HARNESS_ERROR:
+        record["out_of_memory"] = bool(verdict.details.get("out_of_memory"))
     return False
 
 

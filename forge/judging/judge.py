@@ -102,15 +102,16 @@ class Judge:
                                                                           list(target.samples))]
                 outcome, details = outcome_of_issues(errors), {"phase": "validation"}
         except HarnessError as exc:
-            return Verdict(Outcome.HARNESS_ERROR, f"harness error: {_short(exc.reason)}",
+            return Verdict(Outcome.HARNESS_ERROR, _short(exc.reason),
                            details={"phase": "validation", "out_of_memory": exc.out_of_memory},
                            wall_s=time.monotonic() - started)
         if not errors:
             return Verdict(Outcome.OK, "correct on every sample", details={**details, "validated_in": "this process"},
                            wall_s=time.monotonic() - started)
         details.update(errors=[str(e) for e in errors], issues=[e.to_dict() for e in errors])
-        return Verdict(outcome, f"{len(errors)} validation error(s); first: {_short(str(errors[0]), 200)}",
-                       details=details, wall_s=time.monotonic() - started)
+        message = _short(str(errors[0])) if len(errors) == 1 else \
+            f"{len(errors)} validation error(s); first: {_short(str(errors[0]), 200)}"
+        return Verdict(outcome, message, details=details, wall_s=time.monotonic() - started)
 
     def _module_in_process(self, build: Callable[[int], Any], target: ModuleTarget, trusted: bool
                            ) -> tuple[list[ValidationIssue], Outcome, dict[str, Any]]:

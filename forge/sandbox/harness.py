@@ -372,6 +372,8 @@ def run_session(sock: socket.socket, *, target: Any, utils: Any, device: str, be
         return _lost_or_limit(proxy, phase_s)
     if verdict is None:
         verdict = {"status": Outcome.OK.value, "message": "correct on every sample", "details": {}}
+        if proxy.scaled is not None:  # a module check that stopped after its first seed says why
+            verdict["details"].update(oracle_scaled=proxy.scaled.value, note=proxy.scaled.note(target.seeds[0]))
         if benchmark:
             start = time.perf_counter()
             clock.child_turn()
@@ -445,10 +447,10 @@ def _module_verdict(utils: Any, target: Any, proxy: SandboxCandidate) -> dict[st
                                            "details": {"phase": "validation"}}
         verdict["details"]["errors"] = [str(e) for e in check.errors]
         verdict["details"]["issues"] = [issue_of(e).to_dict() for e in check.errors]
+        if verdict["status"] == Outcome.MISMATCH.value:
+            verdict["message"] = f"{len(check.errors)} validation error(s); first: {_short(check.errors[0], 200)}"
         return verdict
-    found["scaled"] = check.scaled
-    if check.scaled is not None:
-        proxy.scaled = check.scaled
+    proxy.scaled = check.scaled
     return None
 
 

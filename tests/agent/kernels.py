@@ -72,3 +72,52 @@ def kernel_function(input, normalized_shape, weight=None, eps=None):
 
 def fenced(code: str, prose: str = "Here is the kernel.") -> str:
     return f"{prose}\n\n```python\n{code.strip()}\n```\n\nIt launches one Triton kernel."
+
+
+# ModelNew files for the module problem `tests.evals.test_runner.MLP` (Linear(16, 8) then ReLU on a 4x16 input), in
+# the style of an honest reply: `super(ModelNew, self).__init__()`, the reference's submodule kept for its weights.
+MLP_TRITON = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _linear_relu(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
+        acc += tl.sum(a[:, :, None] * w[None, :, :], axis=1)
+    bias = tl.load(b_ptr + rn, mask=rn < N, other=0.0)
+    y = tl.maximum(acc + bias[None, :], 0.0)
+    tl.store(y_ptr + rm[:, None] * N + rn[None, :], y, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super(ModelNew, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        linear = self.linear
+        M, K = x.shape
+        N = linear.out_features
+        y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+        grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))
+        _linear_relu[grid](x, linear.weight, linear.bias, y, M, N, K, BM=16, BN=16, BK=16)
+        return y
+'''
+
+# |linear(x)| instead of relu(linear(x)): wrong wherever the linear output is negative.
+MLP_TRITON_WRONG = MLP_TRITON.replace("tl.maximum(acc + bias[None, :], 0.0)", "tl.abs(acc + bias[None, :])")
+# Correct, but sleeps 20 ms per forward (needs screening off: `time` is refused).
+MLP_TRITON_SLOW = MLP_TRITON.replace("import torch\n", "import time\n\nimport torch\n", 1).replace(
+    "    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.02)\n")
+# Segfaults in its forward (needs screening off: `ctypes` is refused).
+MLP_TRITON_SEGFAULT = MLP_TRITON.replace("import torch\n", "import ctypes\n\nimport torch\n", 1).replace(
+    "    def forward(self, x):\n", "    def forward(self, x):\n        ctypes.string_at(0)\n")

@@ -427,15 +427,15 @@ def test_launch_through_a_helper_counts() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Language registry
 # ---------------------------------------------------------------------------------------------------------
-def test_language_registry() -> None:
+def test_language_registry(tmp_path) -> None:
     triton_lang = get_language("triton")
     assert isinstance(triton_lang, TritonLanguage)
     assert get_language(triton_lang) is triton_lang
     assert "triton" in language_names()
     assert triton_lang.file_suffix == ".py" and "python" in triton_lang.fence_tags
     assert set(triton_lang.device_types()) >= {"cuda", "cpu"}
-    assert triton_lang.child_environment("cpu") == {"TRITON_INTERPRET": "1"}
-    assert triton_lang.child_environment("cuda") == {}
+    assert triton_lang.child_environment("cpu", tmp_path) == {"TRITON_INTERPRET": "1"}
+    assert triton_lang.child_environment("cuda", tmp_path) == {}
     with pytest.raises(ValueError, match="unknown kernel language 'cobol'"):
         get_language("cobol")
     with pytest.raises(TypeError):
@@ -674,10 +674,10 @@ class _Put:
     ("f = _Put.get", "_Put.get"),
     ("type(_Put()).update(torch.Tensor, None)", "type(...)"),
     ("super(_Put, torch.Tensor).update(None)", "super"),
-    # the class as a value reaches the same unbound methods
-    ("c = _Put\nc.update(torch.Tensor, None)", "_Put"),
-    ("[_Put][0].update(torch.Tensor, None)", "_Put"),
-    ("f = lambda: _Put\nf().update(torch.Tensor, None)", "_Put"),
+    # the class as a value may be instantiated, but its method names are readable on no untyped value
+    ("c = _Put\nc.update(torch.Tensor, None)", ".update"),
+    ("[_Put][0].update(torch.Tensor, None)", ".update"),
+    ("f = lambda: _Put\nf().update(torch.Tensor, None)", ".update"),
     # type(...) beyond a comparison gives the class
     ("c = type(_Put())\nc.update(torch.Tensor, None)", "type"),
     ("t = type\nt(_Put()).update(torch.Tensor, None)", "type"),
@@ -721,6 +721,7 @@ _UPDATE = "    def update(self, value):\n        self.sum = value\n"
      "@_keep"),
     # a str subclass's self has .format (and a computed base may be torch.Tensor)
     ("class _S(str):\n    def leak(self, f):\n        return self.format(f)\n", "pass", ".format"),
+    ("class _S(str):\n    def leak(self, f):\n        return super().format(f)\n", "pass", ".format"),
     # through the class, __init__ is unbound too
     ("class _I:\n    def __init__(self, v=None):\n        self.sum = v\n", "_I.__init__(torch.Tensor, print)",
      "_I.__init__"),
@@ -729,7 +730,7 @@ _UPDATE = "    def update(self, value):\n        self.sum = value\n"
      "_Q().get(torch.Tensor, None)", "classmethod"),
     # == / in call the other operand's __eq__ with the class
     ("class _E:\n    def __eq__(self, other):\n        return other.update(torch.Tensor, None)\n",
-     "ok = _E() == _Put", "_Put"),
+     "ok = _E() == _Put", ".update"),
     ("class _E:\n    def __eq__(self, other):\n        return other.update(torch.Tensor, None)\n",
      "ok = type(_Put()) == _E()", "type"),
     # a class inside a class is the class itself as `self.Inner`
@@ -745,6 +746,29 @@ _UPDATE = "    def update(self, value):\n        self.sum = value\n"
 ])
 def test_ways_to_get_a_method_or_class_unbound_are_refused(header: str, snippet: str, construct: str) -> None:
     assert_refused(with_body(snippet, _PATCHER + "\n\n" + header if "_Put" in snippet else header), construct)
+
+
+def test_a_class_passed_as_a_value_may_be_instantiated_and_read_for_constants() -> None:
+    """ResNet's `self._make_layer(BasicBlock, 64, 2)`: the class flows into a parameter, which is called and read
+    for `expansion`; its method names are then readable on no untyped value."""
+    header = textwrap.dedent("""
+        class _Block:
+            expansion = 4
+
+            def __init__(self, width):
+                self.width = width * self.expansion
+
+            def grid(self, n):
+                return (triton.cdiv(n, self.width),)
+
+
+        def _make(block, width):
+            return block(width), block.expansion
+        """)
+    honest = with_body("blk, e = _make(_Block, 32)\nassert blk.width == 32 * e", header)
+    assert screen_source(honest, "relu", "triton") == []
+    assert_refused(with_body("blk, e = _make(_Block, 32)\ng = blk.grid(4)", header), ".grid")
+    assert_refused(with_body("b = _Block\nb.grid(torch.Tensor, 4)", header), ".grid")
 
 
 def test_class_constants_and_static_methods_are_readable_through_the_class() -> None:

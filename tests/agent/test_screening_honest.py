@@ -88,7 +88,9 @@ class ModelNew(nn.Module):
         assert conv.groups == 1 and conv.padding_mode == "zeros"
         assert conv.in_channels == x.shape[1] and conv.out_channels == w.shape[0]
         gn = self.gn
+        gw = self.gn.weight
         groups, channels, eps, affine, gamma, beta = _group_norm_params(gn)
+        assert gw is gamma and self.gn.bias is beta and self.conv.weight.data.is_contiguous()
         assert gn.num_groups == groups and channels == w.shape[0] and affine and eps > 0
         n, _, h, wd = x.shape
         oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
@@ -430,6 +432,8 @@ def test_super_at_module_level_rebinding_or_in_a_static_method_stays_refused() -
     ("s = self.conv.compile()", ".compile"),
     ("s = x.softmax(-1)", ".softmax"),
     ("s = self.conv.weight.exp()", ".exp"),
+    ("s = self.buf.exp()", ".exp"),
+    ("f = self.buf.exp\n        s = f()", ".exp"),
     ("f = self.conv.weight.exp\n        s = f()", ".exp"),
     ("s = self.softmax(x)", ".softmax"),
     ("s = self.matmul(x)", ".matmul"),
@@ -439,7 +443,8 @@ def test_internals_tensor_ops_and_compile_stay_refused_in_module_files(snippet: 
     source = CONV_GROUPNORM.replace("        conv = self.conv\n", f"        {snippet}\n        conv = self.conv\n")
     source = source.replace("        self.negative_slope = negative_slope\n",
                             "        self.negative_slope = negative_slope\n        self.softmax = nn.Softmax(1)\n"
-                            "        self.matmul = nn.Linear(4, 4)\n")
+                            "        self.matmul = nn.Linear(4, 4)\n"
+                            "        self.register_buffer('buf', torch.zeros(4))\n")
     assert construct in refused(source)
 
 
@@ -452,3 +457,83 @@ def test_the_files_own_attribute_names_do_not_open_internals(name: str) -> None:
     source = source.replace("        conv = self.conv\n", f"        leak = _bias_act_kernel.{name}\n"
                             "        conv = self.conv\n")
     assert f".{name}" in refused(source)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stores on the layers the class made (the reference Model's own init code, copied into ModelNew)
+# ---------------------------------------------------------------------------------------------------------
+_BIAS_INIT = "        self.conv.bias = nn.Parameter(self.conv.bias + torch.ones_like(self.conv.bias) * 0.02)\n"
+_OWNED = CONV_GROUPNORM.replace("        self.gn = nn.GroupNorm(num_groups, out_channels)\n",
+                                "        self.gn = nn.GroupNorm(num_groups, out_channels)\n" + _BIAS_INIT)
+
+
+def test_setting_a_parameter_of_a_layer_the_class_made_passes() -> None:
+    assert _BIAS_INIT in _OWNED
+    assert_passes(_OWNED)
+
+
+@pytest.mark.parametrize("hostile", [
+    # the attribute may hold another object than the layer
+    _OWNED.replace(_BIAS_INIT, "        self.conv = torch.Tensor\n" + _BIAS_INIT),
+    _OWNED + "\n\ndef _swap(model):\n    model.conv = torch.Tensor\n",
+    _OWNED.replace(_BIAS_INIT, "        self._modules['conv'] = None\n" + _BIAS_INIT),
+    _OWNED.replace("class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    conv = None\n\n"),
+    # a tensor the class made: an instance attribute would shadow the methods the judge calls on an output
+    _OWNED.replace(_BIAS_INIT, "        self.w = nn.Parameter(torch.zeros(3))\n        self.w.to = print\n"),
+    # a shared class held by self
+    _OWNED.replace(_BIAS_INIT, "        self.k = torch.Tensor\n        self.k.sum = print\n"),
+])
+def test_stores_through_self_on_objects_the_class_did_not_make_stay_refused(hostile: str) -> None:
+    assert hostile != _OWNED
+    constructs = refused(hostile)
+    assert ".bias" in constructs or ".to" in constructs or ".sum" in constructs or ".conv" in constructs
+
+
+RESNET_AND_MODULE_DICT = module_file('''
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, in_channels, out_channels, stride=1):
+        super(BasicBlock, self).__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+
+    def forward(self, x):
+        conv, bn = self.conv1, self.bn1
+        y = torch.empty_like(x)
+        n = y.numel()
+        _bias_act_kernel[(triton.cdiv(n, 256),)](x, bn.bias, y, n, conv.out_channels, x.shape[2] * x.shape[3], 0.0,
+                                                 BLOCK=256)
+        return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self, num_classes=10, width=64):
+        super(ModelNew, self).__init__()
+        self.in_channels = width
+        self.layer1 = self._make_layer(BasicBlock, width, 2, stride=1)
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(width, 4 * width), c_proj=nn.Linear(4 * width, width),
+                                      act=nn.GELU(), dropout=nn.Dropout(0.0)))
+        self.fc = nn.Linear(width * BasicBlock.expansion, num_classes)
+
+    def _make_layer(self, block, out_channels, blocks, stride=1):
+        layers = [block(self.in_channels, out_channels, stride)]
+        self.in_channels = out_channels * block.expansion
+        for _ in range(1, blocks):
+            layers.append(block(self.in_channels, out_channels))
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        m = self.mlp
+        assert m.c_fc.out_features == m.c_proj.in_features and m.act.approximate == "none" and m.dropout.p == 0.0
+        return self.layer1(x)
+''')
+
+
+def test_a_resnet_passing_its_block_class_and_a_module_dict_pass() -> None:
+    assert_passes(RESNET_AND_MODULE_DICT)
+    # the block class passed around as a value: its methods are readable on no untyped value
+    hostile = RESNET_AND_MODULE_DICT.replace("        return nn.Sequential(*layers)\n",
+                                             "        block.forward(torch.Tensor, None)\n"
+                                             "        return nn.Sequential(*layers)\n")
+    assert ".forward" in refused(hostile)

@@ -39,9 +39,10 @@ def records() -> pd.DataFrame:
              cost_usd=0.20, latency_ms=1.0, roofline_floor_ms=0.1, prompt_tokens=200, completion_tokens=20,
              attempts=2),
         dict(problem_id="C", suite="s", compiled=True, correct=False, speedup_eager=NAN, cost_usd=0.30,
-             latency_ms=0.1, roofline_floor_ms=0.1, failure_reason="mismatch", attempts=3),
+             latency_ms=0.1, roofline_floor_ms=0.1, failure="mismatch", failure_reason="incorrect: max abs 0.5",
+             attempts=3),
         dict(problem_id="D", suite="t", compiled=False, correct=False, cost_usd=0.40,
-             failure_reason="compile error: nvcc exited 1", attempts=3),
+             failure="compile_error", failure_reason="compile error: nvcc exited 1", attempts=3),
         dict(problem_id="E", suite="t", compiled=True, correct=True, speedup_eager=1.6, cost_usd=0.0, attempts=1),
     ])
 
@@ -139,14 +140,13 @@ def test_summarize_holds_every_metric_and_is_json_safe():
     assert summary["tokens"] == {"prompt": 300, "completion": 30}
     assert summary["roofline_fraction"] == pytest.approx({"mean": 0.3, "median": 0.3})
     assert summary["mean_attempts"] == pytest.approx(2.0)
-    assert summary["failure_reasons"] == {"mismatch": 1, "compile error": 1, "missing": 1}
+    assert summary["failure_reasons"] == {"mismatch": 1, "compile_error": 1, "missing": 1}
     no_compile = summarize(records().drop(columns=["speedup_compile"]))
     assert no_compile["fast_p"]["compile"] is None and no_compile["geomean_speedup"]["compile"] is None
 
 
-def test_failure_category():
-    assert failure_category("compile error: line 3: bad") == "compile error"
-    assert failure_category("  timeout ") == "timeout"
+def test_failure_category_is_the_typed_failure_never_the_text():
+    assert failure_category("compile_error") == "compile_error"
     assert failure_category(None) == failure_category(float("nan")) == failure_category("") == "unknown"
 
 

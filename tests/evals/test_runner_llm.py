@@ -28,10 +28,21 @@ from evals.runner import run_eval
 from evals.sources import LLMSource
 from forge.cli import main
 from forge.functional import functional_names, original_function
+from forge.judging import Judge, JudgeOptions
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
-from tests.agent.kernels import RMS_NORM_OK, SILU_OK, SILU_WRONG, fenced
+from forge.sandbox import SandboxOptions
+from tests.agent.kernels import (
+    MLP_TRITON,
+    MLP_TRITON_SEGFAULT,
+    MLP_TRITON_SLOW,
+    MLP_TRITON_WRONG,
+    RMS_NORM_OK,
+    SILU_OK,
+    SILU_WRONG,
+    fenced,
+)
 from tests.agent.llm_server import ScriptedLLMServer, reply
-from tests.evals.test_runner import LOSS, LOSS_NEW, MLP, MLP_NEW, MLP_WRONG
+from tests.evals.test_runner import LOSS, LOSS_NEW, MLP
 
 COMMITTED_CASSETTE = Path(__file__).parent / "cassettes" / "smoke.jsonl"
 GENERATOR_FLAGS = ["--candidates", "1", "--attempts", "2", "--optimize-rounds", "0"]
@@ -75,13 +86,11 @@ class _StubProvider(KernelProvider):
 
 class StubGenerator(KernelGenerator):
     """`relu`: a correct provider; `silu`: a wrong one; anything else: an error. Modules: tries the `ModelNew`
-    sources in `MODULE_TRIES[name]` in order through the harness's `evaluate`, keeping the first that passes."""
+    sources in `MODULE_TRIES[name]` in order through the judge (screening off: one of them segfaults with
+    `ctypes`), keeping the first that passes."""
 
-    MODULE_TRIES = {"LinearReLU": [MLP_WRONG, MLP_NEW], "LinearReLUAgain": [MLP_WRONG],
-                    "CrossEntropy": [LOSS_NEW.replace("def forward(self, predictions, targets):",
-                                                      "def forward(self, predictions, targets):\n"
-                                                      "        import os, signal\n"
-                                                      "        os.kill(os.getpid(), signal.SIGSEGV)"), LOSS_NEW]}
+    MODULE_TRIES = {"LinearReLU": [MLP_TRITON_WRONG, MLP_TRITON], "LinearReLUAgain": [MLP_TRITON_WRONG],
+                    "LinearReLUCrash": [MLP_TRITON_SEGFAULT, MLP_TRITON]}
 
     def supports_functions(self) -> list[str]:
         return functional_names()
@@ -100,12 +109,14 @@ class StubGenerator(KernelGenerator):
             future.set_result(KernelGenerationResult(function, error="the stub gave up", usage=usage))
         return future
 
-    def generate_module(self, task, evaluate):
+    def generate_module(self, task, target):
         from agent import ModuleGenerationResult
+        from agent.languages import get_language
 
+        judge = Judge(options=JudgeOptions(SandboxOptions(screen=False)))
         statuses = []
         for source in self.MODULE_TRIES[task.name]:
-            verdict = evaluate(source)
+            verdict = judge.judge_source(source, target, get_language("triton"))
             statuses.append(verdict.status.value)  # a forge.outcome.Outcome
             if verdict.status == "ok":
                 return ModuleGenerationResult(source, None, {"prompt_tokens": 7, "cost_usd": 0.5}, len(statuses))
@@ -117,7 +128,7 @@ def make_stub_generator() -> StubGenerator:
 
 
 def test_llm_source_with_a_stub_generator_on_function_problems(tmp_path) -> None:
-    source = LLMSource(generator_factory=make_stub_generator, screen_modules=False)
+    source = LLMSource(generator_factory=make_stub_generator)
     frame = run_eval("smoke", source, out_dir=tmp_path / "run", device="cpu", workers=1, quick=True,
                      problem_ids=["smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"], progress=False,
                      plots=False)
@@ -133,22 +144,23 @@ def test_llm_source_with_a_stub_generator_on_function_problems(tmp_path) -> None
     assert frame.attrs["summary"]["overall"]["cost"]["total_usd"] == pytest.approx(0.03)
 
 
-def test_llm_source_module_problems_check_each_attempt_in_a_child_process(tmp_path) -> None:
+def test_llm_source_module_problems_judge_each_attempt_in_the_sandbox(tmp_path) -> None:
     level = tmp_path / "level1"
     level.mkdir()
-    for name, text in (("1_LinearReLU", MLP), ("2_LinearReLUAgain", MLP), ("3_CrossEntropy", LOSS)):
-        (level / f"{name}.py").write_text(text)
+    for name in ("1_LinearReLU", "2_LinearReLUAgain", "3_LinearReLUCrash"):
+        (level / f"{name}.py").write_text(MLP)
     problems = load_kernelbench_folder(level)
-    source = LLMSource(generator_factory=make_stub_generator, screen_modules=False)
+    source = LLMSource(generator_factory=make_stub_generator)
     frame = run_eval(problems, source, out_dir=tmp_path / "run",
                      device="cpu", workers=1, quick=True, progress=False, plots=False)
     rows = frame.set_index("problem_id")
     first = rows.loc["level1/1_LinearReLU"]
     assert first["correct"] and first["attempts"] == 2 and first["cost_usd"] == 0.5  # the wrong one was refused
     assert rows.loc["level1/2_LinearReLUAgain", "failure_reason"] == "generation failed: verdicts ['mismatch']"
-    # The first CrossEntropy candidate segfaults inside its check's child process; the worker lives on.
-    loss = rows.loc["level1/3_CrossEntropy"]
-    assert loss["correct"] and loss["attempts"] == 2
+    assert rows.loc["level1/2_LinearReLUAgain", "failure"] == "generation_failed"
+    # The first candidate of the third segfaults inside its sandbox child; the worker lives on.
+    crash = rows.loc["level1/3_LinearReLUCrash"]
+    assert crash["correct"] and crash["attempts"] == 2
     assert frame["worker_pid"].nunique() == 1
 
 
@@ -339,7 +351,7 @@ def test_replay_the_committed_smoke_cassette_offline_through_the_cli(tmp_path, i
     assert summary["cost"]["per_problem_usd"] == pytest.approx(total_cost / n)
     assert summary["cost"]["per_correct_usd"] == pytest.approx(total_cost / 5)
     assert summary["mean_attempts"] == pytest.approx(sum(EXPECTED_ATTEMPTS.values()) / n)
-    assert summary["failure_reasons"] == {"generation failed": 1}
+    assert summary["failure_reasons"] == {"generation_failed": 1}
     assert str(out / "report.md") in printed.out
 
 
@@ -368,26 +380,26 @@ def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path
     level = tmp_path / "level1"
     level.mkdir()
     (level / "1_LinearReLU.py").write_text(MLP)
-    with ScriptedLLMServer([reply(fenced(MLP_WRONG)), reply(fenced(MLP_NEW))]) as server:
+    with ScriptedLLMServer([reply(fenced(MLP_TRITON_WRONG)), reply(fenced(MLP_TRITON))]) as server:
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
-        source = LLMSource(config, generator_options={"attempts": 3, "optimize_rounds": 0}, screen_modules=False)
+        source = LLMSource(config, generator_options={"attempts": 3, "optimize_rounds": 0})
         frame = run_eval(level, source, out_dir=tmp_path / "run",
                          device="cpu", workers=1, quick=True, progress=False, plots=False)
         fix_prompt = server.requests[1]["messages"][-1]["content"]
     row = frame.iloc[0]
     assert row["correct"], row["failure_reason"]
     assert row["attempts"] == 2 and row["prompt_tokens"] > 0 and row["cost_usd"] > 0
-    # The wrong ModelNew was refused by the eval's oracle, and its mismatch went back to the LLM.
+    # The wrong ModelNew was refused by the judge, and its mismatch went back to the LLM.
     assert "mismatch" in fix_prompt and "seed 42" in fix_prompt and "max abs error" in fix_prompt
 
 
 def test_generated_module_files_are_screened_before_they_run(tmp_path) -> None:
+    from agent.languages import get_language
     from evals import module_problem_from_source
-    from evals.runner import QUICK_KERNEL_UTILS
+    from forge.judging import ModuleTarget
 
     problem = module_problem_from_source(LOSS, problem_id="level1/3_CrossEntropy", suite="kb")
-    source = LLMSource(generator_factory=make_stub_generator)
-    verdict = source._verdict(problem, LOSS_NEW, "cpu", QUICK_KERNEL_UTILS)
+    verdict = Judge().judge_source(LOSS_NEW, ModuleTarget(problem.module_source), get_language("triton"))
     assert verdict.status == "forbidden"
     constructs = {v["construct"] for v in verdict.details["violations"]}
     assert "@triton.jit" in constructs and any("logsumexp" in c for c in constructs)
@@ -396,37 +408,39 @@ def test_generated_module_files_are_screened_before_they_run(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # Module problems: optimize rounds in the shared conversation loop
 # ---------------------------------------------------------------------------------------------------------
-# Correct, but pays 20 ms of sleep per forward: slower than MLP_NEW (about 10 us at 4x16) by three orders of magnitude.
-MLP_SLOW = MLP_NEW.replace("import torch\n", "import time\n\nimport torch\n", 1).replace(
-    "    def forward(self, x):\n", "    def forward(self, x):\n        time.sleep(0.02)\n")
 # The reference itself fails: every verdict is the harness's failure, never the candidate's.
 MLP_BROKEN_REFERENCE = MLP.replace("return torch.relu(self.linear(x))",
                                    "raise RuntimeError('the reference Model is broken')")
 
 
 def _module_conversation(tmp_path, problem_source: str, replies: list[str], **options):
-    """The real generator on one module problem through `LLMSource`'s own checker (a child process per verdict):
-    (result, every verdict in order, every prompt the server got)."""
+    """The real generator on one module problem, each `ModelNew` judged in the generator's sandbox (screening off:
+    the slow candidate imports `time`): (result, every verdict in order, every prompt the server got)."""
     from agent.prompting import ModuleTask
     from evals import module_problem_from_source
     from evals.runner import QUICK_KERNEL_UTILS
+    from forge.judging import ModuleTarget
 
     problem = module_problem_from_source(problem_source, problem_id="level1/1_LinearReLU", suite="kb",
                                          name="LinearReLU")
     verdicts = []
     with ScriptedLLMServer([reply(fenced(text)) for text in replies]) as server:
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
-        source = LLMSource(config, generator_options={"artifacts_dir": tmp_path / "runs", **options},
-                           screen_modules=False)
+        judge_options = JudgeOptions(SandboxOptions(screen=False))
+        source = LLMSource(config, generator_options={"artifacts_dir": tmp_path / "runs",
+                                                      "judge_options": judge_options, **options})
         source.setup("cpu", QUICK_KERNEL_UTILS)
+        judge = source.generator.judge
+        judge_source = judge.judge_source
 
-        def evaluate(code: str):
-            verdicts.append(source._verdict(problem, code, "cpu", QUICK_KERNEL_UTILS))
+        def recording(*args, **kwargs):
+            verdicts.append(judge_source(*args, **kwargs))
             return verdicts[-1]
 
+        judge.judge_source = recording
         try:
             result = source.generator.generate_module(ModuleTask.from_source(problem.source, name="LinearReLU"),
-                                                      evaluate)
+                                                      ModuleTarget(problem.module_source))
         finally:
             source.close()
         prompts = [r["messages"][-1]["content"] for r in server.requests]
@@ -439,11 +453,12 @@ def test_a_module_problem_gets_optimize_rounds_and_keeps_the_fastest_correct_mod
 
     # Turn 1: correct but slow. Optimize 1: wrong (a fix prompt follows). Optimize 2: correct and fast.
     # Optimize 3: correct and slow again (must not replace the fast one).
-    result, verdicts, prompts = _module_conversation(tmp_path, MLP, [MLP_SLOW, MLP_WRONG, MLP_NEW, MLP_SLOW],
-                                                     attempts=2, optimize_rounds=3)
+    result, verdicts, prompts = _module_conversation(
+        tmp_path, MLP, [MLP_TRITON_SLOW, MLP_TRITON_WRONG, MLP_TRITON, MLP_TRITON_SLOW], attempts=2,
+        optimize_rounds=3)
     assert [v.status.value for v in verdicts] == ["ok", "mismatch", "ok", "ok"]
     assert result.error is None and result.attempts == 4 and result.usage["calls"] == 4
-    # Correct verdicts carry the timing of ModelNew and of the reference Model, taken in the checker's child.
+    # Correct verdicts carry the timing of ModelNew and of the reference Model, taken in the sandbox child.
     for verdict in (verdicts[0], verdicts[2], verdicts[3]):
         assert verdict.latency_ms["median_ms"] > 0 and verdict.baseline_ms["median_ms"] > 0
         assert verdict.latency_ms["mode"] == verdict.baseline_ms["mode"] == "eager"
@@ -456,10 +471,11 @@ def test_a_module_problem_gets_optimize_rounds_and_keeps_the_fastest_correct_mod
             f"speedup {verdicts[0].speedup:.2f}x") in optimize
     assert "time.sleep(0.02)" in optimize
     assert "mismatch" in prompts[2] and "seed 42" in prompts[2]  # the wrong "faster" one got its fix prompt
-    assert "Make your `ModelNew`" in prompts[3] and "time.sleep" not in prompts[3]  # MLP_NEW is now the best
+    assert "Make your `ModelNew`" in prompts[3] and "time.sleep" not in prompts[3]  # MLP_TRITON is now the best
     # The fastest correct ModelNew is the one returned (the one the child measured fastest).
-    fastest = max((verdicts[i].speedup, replies) for i, replies in ((0, MLP_SLOW), (2, MLP_NEW), (3, MLP_SLOW)))
-    assert result.source.strip() == fastest[1].strip() == MLP_NEW.strip()
+    fastest = max((verdicts[i].speedup, replies) for i, replies in ((0, MLP_TRITON_SLOW), (2, MLP_TRITON),
+                                                                     (3, MLP_TRITON_SLOW)))
+    assert result.source.strip() == fastest[1].strip() == MLP_TRITON.strip()
     # The transcript is on disk, as for function problems.
     folder = next((tmp_path / "runs").rglob("module-LinearReLU"))
     assert len(list(folder.rglob("turn*-kernel.py"))) == 4 and (folder / "conversation-0" / "messages.json").is_file()
@@ -467,7 +483,7 @@ def test_a_module_problem_gets_optimize_rounds_and_keeps_the_fastest_correct_mod
 
 
 def test_a_harness_error_ends_a_module_conversation_without_blaming_the_model(tmp_path, isolated_cache) -> None:
-    result, verdicts, prompts = _module_conversation(tmp_path, MLP_BROKEN_REFERENCE, [MLP_NEW, MLP_NEW],
+    result, verdicts, prompts = _module_conversation(tmp_path, MLP_BROKEN_REFERENCE, [MLP_TRITON, MLP_TRITON],
                                                      attempts=2, optimize_rounds=1)
     assert [v.status.value for v in verdicts] == ["harness_error"]
     assert result.source is None and result.outcome == "harness_error" and result.error.startswith("harness_error")
@@ -475,35 +491,20 @@ def test_a_harness_error_ends_a_module_conversation_without_blaming_the_model(tm
     assert len(prompts) == 1  # no fix prompt: the model is never told the harness's failure is its fault
 
 
-def test_module_verdict_times_only_correct_candidates_and_a_failure_to_time_is_the_candidates(tmp_path) -> None:
+def test_the_judge_times_only_correct_modules_in_the_child(tmp_path) -> None:
+    """A correct `ModelNew` is timed in its sandbox child against `Model` (feedback for the model); a wrong one is
+    not timed at all."""
+    from agent.languages import get_language
     from evals import module_problem_from_source
-    from evals.runner import QUICK_KERNEL_UTILS
-    from evals.sources.llm import module_verdict
-    from forge.checking import KernelUtils
-    from forge.outcome import CandidateCall
-
-    class CandidateNotTimeable(KernelUtils):
-        """As in device mode for a ModelNew that cannot be captured in a CUDA graph: timing it raises."""
-
-        def benchmark(self, fn, samples):
-            if isinstance(fn, CandidateCall):
-                raise RuntimeError("operation not permitted when stream is capturing")
-            return super().benchmark(fn, samples)
-
-    class ReferenceNotTimeable(KernelUtils):
-        def benchmark(self, fn, samples):
-            if not isinstance(fn, CandidateCall):
-                raise RuntimeError("the reference cannot be timed here")
-            return super().benchmark(fn, samples)
+    from forge.judging import ModuleTarget
 
     problem = module_problem_from_source(MLP, problem_id="level1/1_LinearReLU", suite="kb")
-    settings = {f: getattr(QUICK_KERNEL_UTILS, f) for f in ("warmup", "rounds", "min_run_time_s")}
-    timed = module_verdict(problem, MLP_NEW, "cpu", KernelUtils(**settings))
-    assert timed["status"] == "ok" and timed["latency_ms"]["median_ms"] > 0 and timed["baseline_ms"]["median_ms"] > 0
-    assert "latency_ms" not in module_verdict(problem, MLP_NEW, "cpu", KernelUtils(**settings), timed=False)
-    assert "latency_ms" not in module_verdict(problem, MLP_WRONG, "cpu", KernelUtils(**settings))  # wrong: untimed
-    refused = module_verdict(problem, MLP_NEW, "cpu", CandidateNotTimeable(**settings))
-    assert refused["status"] == "runtime_error" and "raised while timed" in refused["message"]
-    assert "stream is capturing" in refused["exception"]["message"] and "latency_ms" not in refused
-    no_baseline = module_verdict(problem, MLP_NEW, "cpu", ReferenceNotTimeable(**settings))
-    assert no_baseline["status"] == "ok" and no_baseline["baseline_ms"] is None and no_baseline["latency_ms"]
+    target, judge = ModuleTarget(problem.module_source), Judge()
+    timed = judge.judge_source(MLP_TRITON, target, get_language("triton"))
+    assert timed.ok and timed.latency_ms["median_ms"] > 0 and timed.baseline_ms["median_ms"] > 0
+    assert timed.details["timing_source"] == "sandbox child (feedback only)"
+    wrong = judge.judge_source(MLP_TRITON_WRONG, target, get_language("triton"))
+    assert wrong.status == "mismatch" and wrong.latency_ms is None and wrong.baseline_ms is None
+    assert wrong.details["errors"][0].startswith("seed 42: ")
+    untimed = judge.judge_source(MLP_TRITON, target, get_language("triton"), benchmark=False)
+    assert untimed.ok and untimed.latency_ms is None
