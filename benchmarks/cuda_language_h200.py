@@ -9,7 +9,7 @@ CUDA example (silu):
 3. host time per call (launch overhead) at tiny sizes: CUDA through the ctypes cubin launcher and through the
    `load_inline` extension, against a Triton kernel for the same op loaded by `TritonLanguage` (cached launchers)
    and against PyTorch eager; plus a CUDA-graph replay check;
-4. correctness against PyTorch for fp32/fp16/bf16 on every backend, and through the sandbox (`run_candidate`,
+4. correctness against PyTorch for fp32/fp16/bf16 on every backend, and through the judge (`Judge.judge_source`,
    language "cuda", validated and benchmarked);
 5. an out-of-bounds kernel: in a raw child process and through the sandbox; the parent must stay usable.
 
@@ -320,9 +320,10 @@ def measure_sandbox(work: Path) -> dict:
     import torch
 
     from agent.languages.cuda.reference_candidates import GROUP_NORM_FILE, RMS_NORM_FILE
-    from forge.sandbox import run_candidate
     from forge.checking import KernelUtils
+    from forge.judging import FunctionTarget, Judge, JudgeOptions
     from forge.samples import Sample
+    from forge.sandbox import SandboxOptions
 
     os.environ["KFORGE_SANDBOX_CACHE_DIR"] = str(work / "sandbox_cache")
     utils = KernelUtils()
@@ -341,23 +342,22 @@ def measure_sandbox(work: Path) -> dict:
     from agent.languages import get_language
 
     language = get_language("cuda")
+    judge = Judge(utils, JudgeOptions(SandboxOptions(timeout_s=400, allow_unsafe=True)))
     t = time.perf_counter()
-    with language.build_pool(cache_dir=language.sandbox_cache_dir()) as pool:
+    with language.build_pool(cache_dir=language.shared_cache()) as pool:
         prebuilt = pool.submit(GROUP_NORM_FILE).result()
     out["group_norm_prebuild"] = {"seconds": round(time.perf_counter() - t, 3), "cached": prebuilt.cached}
     for name, (source, samples) in cases.items():
         t = time.perf_counter()
-        result = run_candidate(source, name, samples, language="cuda", kernel_utils=utils, timeout_s=400,
-                               allow_unsafe=True)
+        result = judge.judge_source(source, FunctionTarget(name, tuple(samples)), language)
         out[name] = {"status": result.status, "message": result.message[:300], "latency_ms": result.latency_ms,
                      "baseline_ms": result.baseline_ms, "wall_s": round(time.perf_counter() - t, 2)}
     faulting = RMS_NORM_FILE.replace("store(yr + i, v);", "store(yr + i + (1ll << 40), v);")
-    result = run_candidate(faulting, "rms_norm", cases["rms_norm"][1][:1], language="cuda", kernel_utils=utils,
-                           timeout_s=400, allow_unsafe=True, benchmark=False)
+    one = FunctionTarget("rms_norm", tuple(cases["rms_norm"][1][:1]))
+    result = judge.judge_source(faulting, one, language, benchmark=False)
     out["faulting_rms_norm"] = {"status": result.status, "message": result.message[:300]}
     broken = RMS_NORM_FILE.replace("rsqrtf(", "rsqrtf_missing(")
-    result = run_candidate(broken, "rms_norm", cases["rms_norm"][1][:1], language="cuda", kernel_utils=utils,
-                           timeout_s=400, allow_unsafe=True, benchmark=False)
+    result = judge.judge_source(broken, one, language, benchmark=False)
     out["compile_error"] = {"status": result.status, "compile_log": str(result.details.get("compile_log"))[:600]}
     out["parent_gpu_alive"] = torch.ones(1, device="cuda").item() == 1.0
     return out

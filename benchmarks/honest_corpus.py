@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,101 @@ def render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target(entry: dict[str, Any], kernelbench: Path | None, device: str) -> tuple[Any, list[Any], Any]:
+    """The judge's target for an entry, the samples one timed pass runs, and the reference those are timed with."""
+    from forge.judging import FunctionTarget, ModuleSource, ModuleTarget
+    from forge.judging.modules import ReferenceModel
+    from forge.samples import Sample
+
+    if entry["kind"] == "module":
+        if kernelbench is None:
+            raise SystemExit("module problems need --kernelbench (the KernelBench/ folder holding level1..level3)")
+        source = ModuleSource((kernelbench / entry["problem"]).read_text(encoding="utf-8"), name=entry["problem"])
+        target = ModuleTarget(source, device)
+        model, inputs = source.instantiate(device, target.seeds[0])
+        return target, [Sample(tuple(inputs), {})], ReferenceModel(model)
+    from evals.problems.suite import load_suite
+
+    problem = next(p for p in load_suite("builtin") if p.id == entry["problem"])
+    calls = problem.materialize(device, seed=0)
+    target = FunctionTarget(problem.function, tuple(s for _, s in calls), tuple(c for c, _ in calls))
+    from forge.checking import KernelUtils
+
+    return target, KernelUtils().benchmark_distribution(calls), problem.reference
+
+
+def _in_process_speedup(entry: dict[str, Any], code: str, target: Any, samples: list[Any], reference: Any,
+                        judge: Any) -> float | None:
+    """The candidate imported here and timed as `make_plan` and `kforge eval` time it (`Judge.time`: spot checks,
+    baseline before and after, the better baseline), for comparison with the child's feedback timing."""
+    from forge.judging.modules import ModelCall
+    from forge.source_files import load_source_text
+
+    module = load_source_text(code, name=Path(entry["file"]).stem)
+    if entry["kind"] == "module":
+        fn = ModelCall(target.source.build(module.ModelNew, target.device, target.seeds[0]))
+        baseline_fn = reference.model
+    else:
+        fn, baseline_fn = module.kernel_function, reference
+    first = judge.time(baseline_fn, samples)
+    timed = judge.time(fn, samples, reference=reference)
+    second = judge.time(baseline_fn, samples)
+    return min(first.median_ms, second.median_ms) / timed.median_ms
+
+
+def judge_corpus(args: argparse.Namespace) -> int:
+    """Every corpus file through the real judge (screen, sandbox child, the oracle here), then, for the correct ones,
+    timed here as the optimizer and the eval time kernels: the correct rate, the screen's false refusals, and how
+    the child's feedback speedup compares with this process's."""
+    import pandas as pd
+
+    from agent.languages import get_language
+    from forge.judging import Judge, JudgeOptions
+    from forge.sandbox import SandboxOptions
+
+    kernelbench = Path(args.kernelbench) if args.kernelbench else None
+    judge = Judge(options=JudgeOptions(SandboxOptions(timeout_s=args.timeout)))
+    triton = get_language("triton")
+    rows = []
+    entries = [e for e in load_manifest() if not args.only or any(o in e["file"] for o in args.only)]
+    for index, entry in enumerate(entries, 1):
+        code = (CORPUS_DIR / entry["file"]).read_text(encoding="utf-8")
+        started = time.monotonic()
+        row: dict[str, Any] = {"file": entry["file"], "kind": entry["kind"]}
+        try:
+            target, samples, reference = _target(entry, kernelbench, args.device)
+            verdict = judge.judge_source(code, target, triton)
+            row.update(status=verdict.status.value, limit=verdict.limit.value if verdict.limit else None,
+                       child_speedup=verdict.speedup, message=verdict.message[:200],
+                       screened_out=verdict.details.get("phase") == "screening")
+            if verdict.ok and args.time_here:
+                row["here_speedup"] = _in_process_speedup(entry, code, target, samples, reference, judge)
+        except Exception as exc:  # noqa: BLE001 - one broken entry is a row, the sweep goes on
+            row.update(status="tool_error", message=f"{type(exc).__name__}: {exc}"[:200])
+        row["seconds"] = round(time.monotonic() - started, 1)
+        rows.append(row)
+        print(f"[{index}/{len(entries)}] {entry['file']}: {row['status']} ({row['seconds']} s)", flush=True)
+        if args.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+    judge.close()
+    frame = pd.DataFrame(rows)
+    refused = int(frame.get("screened_out", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
+    correct = int((frame["status"] == "ok").sum())
+    summary = {"files": len(frame), "screen_false_refusals": refused, "false_refusal_rate": refused / len(frame),
+               "correct": correct, "correct_rate": correct / len(frame),
+               "statuses": frame["status"].value_counts().to_dict()}
+    if "here_speedup" in frame:
+        both = frame.dropna(subset=["child_speedup", "here_speedup"])
+        summary["speedup_ratio_child_over_here"] = (both["child_speedup"] / both["here_speedup"]).describe().to_dict()
+    print(frame.to_string(index=False, max_colwidth=80))
+    print(json.dumps(summary, indent=1, default=str))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m benchmarks.honest_corpus", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,8 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--kernelbench", help="the KernelBench/ folder holding level1..level3")
     r.add_argument("--out", required=True)
     r.add_argument("--problems", nargs="*", help="KernelBench paths (level1/19_ReLU.py) or builtin problem ids")
+    j = sub.add_parser("judge", help="judge every corpus file through the real judge (a GPU for shipped sizes)")
+    j.add_argument("--kernelbench", help="the KernelBench/ folder holding level1..level3")
+    j.add_argument("--device", default="cuda")
+    j.add_argument("--timeout", type=float, default=300.0, help="sandbox time per file (the candidate's), seconds")
+    j.add_argument("--time-here", action="store_true", help="also time correct files in this process")
+    j.add_argument("--only", nargs="*", help="substrings of the files to judge")
+    j.add_argument("--out", help="write the rows and the summary as JSON")
     args = parser.parse_args(argv)
-    return {"render": render}[args.command](args)
+    return {"render": render, "judge": judge_corpus}[args.command](args)
 
 
 if __name__ == "__main__":

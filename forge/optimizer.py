@@ -483,9 +483,10 @@ class KernelOptimizer:
             with candidate_code():  # a generated provider's attributes run its code
                 code = provider.candidate_code()
             if code is not None:
-                verdict = self.judge.judge_source(code.source, target, code.language, benchmark=False)
+                verdict = self.judge.judge_source(code.source, target, code.language, benchmark=False,
+                                                  kernel_utils=self.kernel_utils)
             else:
-                verdict = self.judge.judge_callable(provider, target)
+                verdict = self.judge.judge_callable(provider, target, kernel_utils=self.kernel_utils)
         except Exception as exc:  # the judge contains the candidate: what escapes is the harness's failure
             logger.warning("The harness failed judging %s (not the candidate's fault): %s", description, exc,
                            exc_info=not isinstance(exc, HarnessError))

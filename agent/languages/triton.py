@@ -2,10 +2,11 @@
 
 Screening adds Triton's own names to the common policy (`triton.jit`, `autotune`, `heuristics`, `Config`, `cdiv`,
 `next_power_of_2`, device queries through `triton.runtime.driver.active`, and all of `triton.language` that stays
-inside `triton.language`), then checks the file's structure: a top-level `def kernel_function(...)` and at least one
-`@triton.jit` function. Whether `kernel_function` really launches its kernels, and whether PyTorch computes anything
-on its behalf, is checked while it runs (`launch_monitor()`, `forge.checking.launch_check`; issue 8): a static check
-by name refused a kernel picked from a per-shape cache and let a no-op launch beside tensor math pass.
+inside `triton.language`, its enum members such as `tl.PropagateNan.ALL` included), then checks the file's
+structure: a top-level `def kernel_function(...)` and at least one `@triton.jit` function. Whether
+`kernel_function` really launches its kernels, and whether PyTorch computes anything on its behalf, is checked while
+it runs (`launch_monitor()`, `forge.checking.launch_check`; issue 8): a static check by name refused a kernel picked
+from a per-shape cache and let a no-op launch beside tensor math pass.
 
 On a machine without a GPU the sandbox runs Triton kernels on CPU tensors through the interpreter
 (`TRITON_INTERPRET=1`), where a failure inside a kernel body (what the GPU compiler would refuse) surfaces as
@@ -15,6 +16,7 @@ On a machine without a GPU the sandbox runs Triton kernels on CPU tensors throug
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import sys
 import types
@@ -31,7 +33,7 @@ from agent.screening.violation import Violation
 from forge.checking.launch_check import LaunchMonitor
 
 __all__ = ["MODULE_RULES", "TRITON_ALLOWED", "TritonLanguage", "module_host_attributes", "module_torch_allowed",
-           "triton_function_internals", "triton_reference_problem"]
+           "triton_function_internals", "triton_language_constant", "triton_reference_problem"]
 
 TRITON_ALLOWED: frozenset[str] = frozenset(
     {
@@ -64,6 +66,21 @@ def triton_reference_problem(qualname: str) -> str | None:
         return None
     return (f"{qualname} is not on the Triton allow-list (triton.jit, autotune, heuristics, Config, cdiv, "
             "next_power_of_2, triton.language.*, triton.runtime.driver.active device queries)")
+
+
+def triton_language_constant(qualname: str) -> bool:
+    """A member of an enum class that `triton.language` exposes (`tl.PropagateNan.ALL`, `tl.PropagateNan.NONE`, and
+    any other enum of the installed Triton), reached through an allowed `triton.language` name: a constant, in
+    device and host code alike. Why it opens nothing: the member is an instance of the enum, not a function, module
+    or class; only the names in the enum's `__members__` qualify (not its methods, `mro`, `_missing_`, dunders), and
+    an attribute read past the member (`.value`, `.name`) is still judged as a value's attribute."""
+    if not qualname.startswith("triton.language."):
+        return False
+    owner, _, member = qualname.rpartition(".")
+    if triton_reference_problem(owner) is not None:
+        return False
+    cls = policy.lookup(owner)
+    return isinstance(cls, enum.EnumMeta) and member in cls.__members__
 
 
 # Compiler internals of Triton's dtypes that kernels have no use for.
@@ -159,6 +176,7 @@ TRITON_RULES = PythonRules(
     device_decorators=frozenset({"triton.jit"}),
     device_attributes=triton_device_attributes,
     function_internals=triton_function_internals,
+    constants=triton_language_constant,
 )
 
 
@@ -167,17 +185,29 @@ _MODULE_PARAMETER_INIT = frozenset({"torch.randn", "torch.rand", "torch.randint"
                                     "torch.rand_like"})
 
 
+# torch.nn.init functions that are no initialiser: `_make_deprecate(fn)` wraps a function the file gives it.
+_INIT_DENIED = frozenset({"_make_deprecate"})
+
+
 def module_torch_allowed(qualname: str) -> bool:
-    """`torch.nn` layer classes, `torch.nn.Parameter`, `torch.nn.init.*` and the random initialisers (`torch.randn`
-    ...): what a KernelBench `ModelNew` needs to create the same parameters as the reference `Model` under the same
-    seed. `torch.nn.functional` stays refused."""
+    """`torch.nn` layer classes, `torch.nn.Parameter`, the functions of `torch.nn.init` and the random initialisers
+    (`torch.randn` ...): what a KernelBench `ModelNew` needs to create the same parameters as the reference `Model`
+    under the same seed. `torch.nn.functional` stays refused.
+
+    Of `torch.nn.init` only the functions it defines itself (`kaiming_uniform_`, `_calculate_fan_in_and_fan_out`
+    ...), one level deep: the module also holds the modules it imported (`torch`, `math`, `warnings`) and `Tensor`,
+    and a prefix allowance let `nn.init.torch.compile`, `nn.init.torch.ops.aten.softmax` and
+    `nn.init.torch.sys._getframe` through."""
     if qualname in _MODULE_PARAMETER_INIT:
         return True
     parts = qualname.split(".")
     if parts[:2] != ["torch", "nn"] or len(parts) < 3:
         return False
     if parts[2] == "init":
-        return True
+        if len(parts) != 4 or parts[3] in _INIT_DENIED:
+            return False
+        value = policy.lookup(qualname)
+        return isinstance(value, types.FunctionType) and value.__module__ == "torch.nn.init"
     return len(parts) == 3 and parts[2][:1].isupper()
 
 
@@ -190,6 +220,8 @@ MODULE_RULES = PythonRules(
     torch_allowed=module_torch_allowed,
     host_attributes=module_host_attributes,
     function_internals=module_function_internals,
+    constants=TRITON_RULES.constants,
+    construction_compute=True,
 )
 
 
@@ -247,7 +279,9 @@ class TritonLanguage(KernelLanguage):
 
     def screen_module(self, source: str) -> list[Violation]:
         """Screen a KernelBench-format `ModelNew` file: the same bans, plus a top-level `class ModelNew` and at least
-        one `@triton.jit` kernel (torch.nn layer classes may be built, to hold the reference's parameters)."""
+        one `@triton.jit` kernel (torch.nn layer classes may be built, to hold the reference's parameters, and
+        PyTorch compute ops called in the `__init__` of construction-only classes, to build buffers as the reference
+        does: `MODULE_RULES.construction_compute`)."""
         analysis = analyse_python(source, MODULE_RULES, None)
         violations = list(analysis.violations)
         if analysis.tree is None:

@@ -30,6 +30,9 @@ Within that, module references are judged as follows:
   memory-format constants (`torch.float32`, `torch.strided`, `torch.channels_last`...). Every other `torch.*` name is
   a PyTorch compute op or machinery the kernel must not use (`torch.nn.functional.*`, `torch.softmax`,
   `torch.matmul`, `torch.ops.aten.*`, `torch.compile`, `torch.cuda.Stream`, `torch.cuda.synchronize`...).
+  Module problems only: calls of the compute ops in `construction_ops()` / `construction_tensor_methods()` (and
+  `@`) in the `__init__` body of a construction-only class of the file, to build buffers as the reference `Model`
+  does (`torch.tril(torch.ones(n, n))`); see "Construction-time compute" below.
 * Tensor methods (`x.softmax()`, `x.matmul(y)`, `x.relu_()`...): every public callable of `torch.Tensor` is refused
   except the view, copy, allocation and metadata methods in `TENSOR_METHODS_ALLOWED`. The `@` operator is refused
   outside device code. Plain arithmetic operators cannot be told apart from integer grid arithmetic statically and are
@@ -77,6 +80,8 @@ __all__ = [
     "TRUSTED_BASES",
     "VALUE_BANNED_ATTRIBUTES",
     "class_attribute_names",
+    "construction_ops",
+    "construction_tensor_methods",
     "forbidden_tensor_methods",
     "function_internals",
     "import_problem",
@@ -298,6 +303,73 @@ def forbidden_tensor_methods() -> frozenset[str]:
     """Public callables of `torch.Tensor` that are not in `TENSOR_METHODS_ALLOWED` (computed from the live torch)."""
     names = {n for n in dir(torch.Tensor) if not n.startswith("_") and callable(getattr(torch.Tensor, n, None))}
     return frozenset(names - TENSOR_METHODS_ALLOWED)
+
+
+# -- Construction-time compute (module problems) -------------------------------------------------------------------
+#
+# A KernelBench reference `Model` builds some buffers with PyTorch ops in its `__init__` (minGPT's causal mask,
+# `torch.tril(torch.ones(n, n)).view(1, 1, n, n)`; rotary tables from `torch.outer`/`cos`/`sin`; weights rescaled
+# with `.mul_()`), and the prompt asks `ModelNew` to create its parameters and buffers exactly so. Module screening
+# therefore allows *calls* of the ops below in the `__init__` bodies of the file's construction-only classes (the
+# conditions and why they open no gadget: `agent.screening.python_ast._Analyser.in_construction`). The ops are
+# derived from the live torch: the public functions of `torch._C._VariableFunctions` (the ATen ops torch exposes as
+# `torch.<name>`) and `torch.functional.__all__` (torch's Python-level tensor functions: einsum, meshgrid, stft...),
+# each a plain function of `torch` (no module, no class), less `_CONSTRUCTION_DENIED` and everything
+# `_TORCH_CATEGORIES` names (compiler, streams, global state, torch.ops). None of them takes a Python callable, so
+# a call can only compute a tensor from values that exist at construction. `torch.nn.functional` stays refused in
+# `__init__` too: it re-exports `torch` itself and the `torch.overrides` hooks (`F.torch.compile`,
+# `F.handle_torch_function`), so a prefix allowance would reopen what `_TORCH_CATEGORIES` refuses, and the
+# reference models build their buffers with `torch.*` ops.
+
+# ATen functions that read outside the tensors they are given (a file, a Python buffer, numpy memory), resize a
+# tensor's storage in place, or constrain symbolic shapes (compiler machinery).
+_CONSTRUCTION_DENIED: frozenset[str] = frozenset(
+    {"from_file", "frombuffer", "from_numpy", "asarray", "resize_as_", "resize_as_sparse_", "sym_constrain_range",
+     "sym_constrain_range_for_size"}
+)
+# Tensor methods that compute like the ATen functions above but have no `torch.<name>` function of their name
+# (`x.repeat`, `x.unfold`, in-place random fills). Tensor methods that take a Python callable (`apply_`, `map_`,
+# `map2_`), run or hook autograd (`backward`, `register_hook`, `retain_grad`), alias, resize or share storage
+# (`set_`, `resize_`, `storage`, `untyped_storage`, `share_memory_`, `pin_memory`), reach the stream API
+# (`record_stream`) or leave torch (`numpy`) are no construction ops and stay refused everywhere.
+_CONSTRUCTION_EXTRA_METHODS: frozenset[str] = frozenset(
+    {"repeat", "unfold", "uniform_", "random_", "exponential_", "cauchy_", "geometric_", "log_normal_",
+     "fill_diagonal_", "sum_to_size"}
+)
+
+
+@functools.cache
+def construction_ops() -> frozenset[str]:
+    """`torch.<name>` compute ops a module file may call in its classes' `__init__` bodies (see the comment above):
+    the public ATen functions (`torch._C._VariableFunctions`) and `torch.functional.__all__`, from the live torch,
+    less `_CONSTRUCTION_DENIED`, anything `_TORCH_CATEGORIES` names, and names that are no plain function of
+    `torch` (modules, classes)."""
+    import torch.functional
+
+    names = {n for n in dir(torch._C._VariableFunctions) if not n.startswith("_")}
+    names |= {n for n in getattr(torch.functional, "__all__", ()) if not n.startswith("_")}
+    ops: set[str] = set()
+    for name in names - _CONSTRUCTION_DENIED:
+        value = getattr(torch, name, None)
+        if value is None or isinstance(value, (type, types.ModuleType)) or not callable(value):
+            continue
+        qualname = f"torch.{name}"
+        if any(_matches(qualname, p) for patterns, _ in _TORCH_CATEGORIES for p in patterns):
+            continue
+        ops.add(qualname)
+    return frozenset(ops)
+
+
+@functools.cache
+def construction_tensor_methods() -> frozenset[str]:
+    """The PyTorch tensor ops (`forbidden_tensor_methods()`) a module file may call in its classes' `__init__`
+    bodies: those named like a construction op, or like one with an in-place `_` (`tril`, `mul_`, `masked_fill_`),
+    plus `_CONSTRUCTION_EXTRA_METHODS`; never a name in `_CONSTRUCTION_DENIED`, `BANNED_ATTRIBUTES` or
+    `VALUE_BANNED_ATTRIBUTES`."""
+    ops = {q.split(".", 1)[1] for q in construction_ops()}
+    forbidden = forbidden_tensor_methods()
+    names = {m for m in forbidden if m in ops or m.rstrip("_") in ops} | (_CONSTRUCTION_EXTRA_METHODS & forbidden)
+    return frozenset(names - _CONSTRUCTION_DENIED - set(BANNED_ATTRIBUTES) - set(VALUE_BANNED_ATTRIBUTES))
 
 
 _MISSING = object()

@@ -47,7 +47,12 @@ class PythonRules:
     define, and `host_attributes` (module problems: the torch.nn layers' parameter and setting names,
     `policy.module_attributes`). `function_internals`: the attribute names of the language's kernel objects (e.g.
     Triton's JITFunction, autotuner, interpreter and compiled kernel), which neither the own-class names nor
-    `host_attributes` may open (beside `policy.function_internals()`).
+    `host_attributes` may open (beside `policy.function_internals()`). `constants`: qualnames (reached through an
+    allowed reference) that are constants of the language, not attributes of a value (Triton: the members of
+    `triton.language`'s enum classes, `tl.PropagateNan.ALL`); what follows them is judged as a value's attribute.
+    `construction_compute`: module problems: calls of PyTorch compute ops (`policy.construction_ops()`,
+    `policy.construction_tensor_methods()`, `@`) are allowed in the `__init__` body of the file's construction-only
+    classes (`_Analyser.in_construction`), to build buffers as the reference `Model` does.
     """
 
     extra_import_roots: frozenset[str] = frozenset()
@@ -58,6 +63,8 @@ class PythonRules:
     device_attributes: Callable[[], frozenset[str]] | None = None
     host_attributes: Callable[[], frozenset[str]] | None = None
     function_internals: Callable[[], frozenset[str]] | None = None
+    constants: Callable[[str], bool] | None = None
+    construction_compute: bool = False
 
     @property
     def import_roots(self) -> frozenset[str]:
@@ -651,6 +658,126 @@ class _Analyser:
             self.flag("super", node, f"`{_text(parent or node)}` uses super as a value (a rebound super binds methods "
                       "to an object of the file's choice); call super() or super(<this class>, self)")
 
+    # -- construction-time compute (module problems) --------------------------------------------------------
+    #
+    # Why calls of PyTorch compute ops in a class's `__init__` open no gadget. PyTorch compute is refused so that the
+    # candidate's kernels, not PyTorch, compute `forward`'s result (the run-time launch check judges `forward`). Code
+    # that runs once, at construction, before any forward input exists, cannot compute that result: what it makes is
+    # a buffer or parameter from the constructor's arguments (the reference's own init code: minGPT's
+    # `torch.tril(torch.ones(n, n)).view(1, 1, n, n)`, a rotary table, `self.fc.weight.data.mul_(0.5)`). So the
+    # allowance (`in_construction`) holds only where the code cannot run later with an input at hand:
+    # * the statements of the `__init__` body itself (and eager list/set/dict comprehensions in it); not a lambda,
+    #   generator expression, nested function or class there (their bodies run when called or iterated, in forward
+    #   too), not its defaults or decorators, not other methods, module-level code or helpers `__init__` calls
+    #   (`self._build()`: any method can call them);
+    # * calls only: `torch.tril(...)`, `x.tril()`, `a @ b`. A reference kept as a value (`self.f = torch.softmax`,
+    #   `partial(torch.exp)`, `self.f = x.exp`) would hand the op to forward and stays refused; no allowed op takes a
+    #   Python callable (`apply_`, `map_` are not construction ops), so a call computes tensors and nothing else;
+    # * in a construction-only class (`construction_classes`): `__init__` runs whenever the class is instantiated, so
+    #   every instantiation of the class (and of its subclasses, which run it through `super().__init__()`) must be
+    #   at construction itself: at module level (import time) or in such an `__init__` body; the class is never
+    #   handed around as a value (`block = Cls`, `make(Cls)`: instantiable anywhere) and no `.__init__` is read but
+    #   `super().__init__(...)` directly in an `__init__` body (`self.__init__(x)` or `super().__init__(x)` in
+    #   forward would rerun it with the input). The harness builds `ModelNew` before it calls forward.
+    # Every other ban holds inside `__init__` as anywhere: imports, the getattr family, dunders, frames, assignments
+    # to modules or foreign objects, and torch.compile / torch.jit / streams / torch.ops / global state / torch.nn.
+    # functional, which are no construction ops (`policy.construction_ops`). The nearest remaining trick, computing
+    # in `__init__` an answer for a guessed input (the judge builds ModelNew under the seed it draws the first inputs
+    # with), is a construction-time cache, which the file's own kernels could fill before this allowance too; the
+    # oracle's fresh draws of every sample refuse it.
+    def in_construction(self, node: ast.AST) -> bool:
+        """`node` runs directly in the body of `__init__` of one of the file's construction-only classes (with only
+        eager comprehensions in between); see the comment above."""
+        return self._construction_init(node, self.construction_classes()) is not None
+
+    def _construction_init(self, node: ast.AST, classes: set[str]) -> ast.FunctionDef | None:
+        """The `__init__` (a plain method of a class in `classes`) whose body `node` runs in directly, else None."""
+        child, parent = node, self.parent(node)
+        while parent is not None:
+            if isinstance(parent, (ast.Lambda, ast.GeneratorExp, ast.ClassDef, ast.AsyncFunctionDef)):
+                return None
+            if isinstance(parent, ast.FunctionDef):
+                cls = self.parent(parent)
+                if parent.name == "__init__" and isinstance(cls, ast.ClassDef) and cls.name in classes \
+                        and self.class_defs.get(cls.name) == [cls] and any(child is stmt for stmt in parent.body) \
+                        and self.is_plain_method(parent):
+                    return parent
+                return None
+            child, parent = parent, self.parent(parent)
+        return None
+
+    def _at_construction(self, node: ast.AST, classes: set[str]) -> bool:
+        """`node` runs at import (module level, class bodies, eager comprehensions) or directly in the `__init__`
+        body of a class in `classes`: never later, when a forward input exists."""
+        parent = self.parent(node)
+        while parent is not None:
+            if isinstance(parent, (ast.Lambda, ast.GeneratorExp, ast.AsyncFunctionDef)):
+                return False
+            if isinstance(parent, ast.FunctionDef):
+                return self._construction_init(node, classes) is not None
+            parent = self.parent(parent)
+        return True
+
+    def construction_classes(self) -> set[str]:
+        """The file's classes whose `__init__` runs only at construction (see the comment above): top-level trusted
+        classes bound once, each use of whose name instantiates it at construction (`_at_construction`), subclasses
+        it in a class that is construction-only too, or does not hand the class over (`super(C, self)`,
+        `isinstance`, `C.CONSTANT`, annotations, safe comparisons); none if the file reads any `.__init__` but
+        `super().__init__(...)` directly in an `__init__` body. A fixed point: dropping a class can drop those it
+        instantiates."""
+        if self._construction is not None:
+            return self._construction
+        self._construction = set()
+        if not self.rules.construction_compute:
+            return self._construction
+        classes = {name for name, defs in self.class_defs.items()
+                   if len(defs) == 1 and isinstance(self.parent(defs[0]), ast.Module) and self._bound_once(name)
+                   and self.class_facts(defs[0]).trusted}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Attribute) and node.attr == "__init__" and not (
+                    isinstance(node.value, ast.Call) and self._is_super_call(node.value)
+                    and self._construction_init(node, set(self.class_defs)) is not None):
+                return self._construction
+        uses: dict[str, list[ast.Name]] = {name: [] for name in classes}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name) and node.id in uses and isinstance(node.ctx, ast.Load):
+                uses[node.id].append(node)
+        changed = True
+        while changed:
+            changed = False
+            for name in sorted(classes):
+                if not all(self._construction_use(use, classes) for use in uses[name]):
+                    classes.discard(name)
+                    changed = True
+        self._construction = classes
+        return classes
+
+    def _construction_use(self, node: ast.Name, classes: set[str]) -> bool:
+        """This use of a class name cannot run the class's `__init__` after construction."""
+        parent = self.parent(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return self._at_construction(parent, classes)
+        if isinstance(parent, ast.ClassDef) and node in parent.bases:
+            return parent.name in classes
+        if isinstance(parent, ast.Call) and self._builtin(parent.func, {"super"}) and parent.args \
+                and parent.args[0] is node:
+            return True
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            return parent.attr != "__init__"  # `C.CONSTANT`, `C.static(...)` (whose own `C(...)` is judged apart)
+        holder = self.parent(parent) if isinstance(parent, ast.Tuple) else parent
+        if self._is_isinstance_call(holder) or (isinstance(holder, ast.Compare) and self._class_safe_compare(holder)):
+            return True
+        return self._in_annotation(node)
+
+    def construction_hint(self, node: ast.AST) -> str:
+        """Why a construction op is refused here, for the message (module problems)."""
+        if self._construction_init(node, set(self.class_defs)) is not None:
+            return (" (PyTorch ops may build buffers in `__init__` only in a class built nowhere but at module level "
+                    "or in another such `__init__`, never passed around as a value, whose `__init__` is not called "
+                    "again (`self.__init__`, `super().__init__` outside `__init__`))")
+        return (" (PyTorch ops may build buffers and parameters only directly in the `__init__` of the file's "
+                "classes, as the reference Model does; not in forward, helpers, lambdas or module-level code)")
+
     # -- passes -------------------------------------------------------------------------------------------
     def run(self) -> None:
         for parent in ast.walk(self.tree):
@@ -669,6 +796,7 @@ class _Analyser:
         self.own_classes = set(self.class_defs)
         self._facts: dict[int, _ClassFacts] = {}
         self._trusting: set[int] = set()
+        self._construction: set[str] | None = None
         self.internals = policy.function_internals() | (
             self.rules.function_internals() if self.rules.function_internals is not None else frozenset())
         extra = self.rules.host_attributes() if self.rules.host_attributes is not None else frozenset()
@@ -777,7 +905,7 @@ class _Analyser:
         elif isinstance(node, ast.Call):
             self.check_call(node)
         elif isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, ast.MatMult):
-            if not self.in_device_code(node):
+            if not self.in_device_code(node) and not (self.rules.construction_compute and self.in_construction(node)):
                 self.flag("@", node, f"`{_text(node)}` uses the matrix-multiply operator `@` (torch.matmul); the "
                           "kernel must compute the product itself")
         elif isinstance(node, ast.ClassDef):
@@ -1053,6 +1181,9 @@ class _Analyser:
             return
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.own_classes:
             return  # through the file's own class: `check_unbound_method`
+        if self.rules.construction_compute and called and attr in policy.construction_tensor_methods() \
+                and self.in_construction(node):
+            return  # `torch.ones(n, n).tril()`, `self.fc.weight.data.mul_(0.5)` in a construction-only `__init__`
         if self.check_method(attr, node, called=called):
             return
         if isinstance(node, ast.Attribute) and (self._is_self_attribute(node) or self._is_super_call(node.value)):
@@ -1172,12 +1303,18 @@ class _Analyser:
                     continue
                 if self.reference_problem(prefix) is None:
                     for j, part in enumerate(parts[i:], start=i):
+                        if self.rules.constants is not None and self.rules.constants(".".join(parts[: j + 1])):
+                            continue  # `tl.PropagateNan.ALL`: a constant of the language, not a value's attribute
                         self.check_value_attribute(part, node, called=j == len(parts) - 1 and self._is_called(node))
                     return
                 break
+        construction_op = self.rules.construction_compute and qualname in policy.construction_ops()
+        if construction_op and self._is_called(node) and self.in_construction(node):
+            return  # `torch.tril(...)` called in a construction-only `__init__`: see `in_construction`
         problem = self.reference_problem(qualname)
         if problem:
-            self.flag(qualname, node, f"{spelled}: {problem}")
+            hint = self.construction_hint(node) if construction_op else ""
+            self.flag(qualname, node, f"{spelled}: {problem}{hint}")
 
     def check_method(self, attr: str, node: ast.AST, *, called: bool) -> bool:
         """`<tensor>.<attr>` on an object screening cannot type: refuse PyTorch tensor ops outside device code.
@@ -1201,8 +1338,10 @@ class _Analyser:
         if attr in {"max", "min"} and isinstance(node, ast.Attribute) and self._is_finfo(node.value):
             return False
         what = "the reference op itself" if is_reference_op else "a PyTorch tensor op"
+        hint = self.construction_hint(node) if self.rules.construction_compute and called \
+            and attr in policy.construction_tensor_methods() else ""
         self.flag(f".{attr}", node, f"`{_text(node)}` calls .{attr}, {what}; the kernel must compute the result "
-                  "itself")
+                  f"itself{hint}")
         return True
 
     def _is_finfo(self, node: ast.AST) -> bool:

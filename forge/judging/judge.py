@@ -79,27 +79,31 @@ class Judge:
         return self.pool.isolation()
 
     def judge_source(self, source: str, target: FunctionTarget | ModuleTarget, language: Any, *,
-                     benchmark: bool | None = None, cancel_event: threading.Event | None = None) -> Verdict:
-        """Screen, build and run `source` in a sandbox child; the verdict is computed here (module docstring)."""
-        return self.pool.run(source, target, language, kernel_utils=self.kernel_utils,
+                     benchmark: bool | None = None, cancel_event: threading.Event | None = None,
+                     kernel_utils: KernelUtils | None = None) -> Verdict:
+        """Screen, build and run `source` in a sandbox child; the verdict is computed here (module docstring).
+        `kernel_utils` replaces the judge's oracle settings for this judgement."""
+        return self.pool.run(source, target, language, kernel_utils=kernel_utils or self.kernel_utils,
                              benchmark=self.options.benchmark if benchmark is None else benchmark,
                              cancel_event=cancel_event)
 
     # -- code this process trusts -----------------------------------------------------------------------
     def judge_callable(self, candidate: Callable[..., Any], target: FunctionTarget | ModuleTarget, *,
-                       trusted: bool = False) -> Verdict:
+                       trusted: bool = False, kernel_utils: KernelUtils | None = None) -> Verdict:
         """The oracle on a candidate that runs in this process: for a function target `candidate(*args, **kwargs)`;
         for a module target `candidate(seed)` builds the module (a `ModelNew` class bound to the problem, see
         `module_builder`). `trusted`: code from a trusted compiler (Inductor), so the dispatch-mode runs are skipped.
-        Exceptions the candidate raises are its verdict; `harness_error` when the harness failed."""
+        Exceptions the candidate raises are its verdict; `harness_error` when the harness failed. `kernel_utils`
+        replaces the judge's oracle settings for this judgement."""
         started = time.monotonic()
+        utils = kernel_utils or self.kernel_utils
         try:
             if isinstance(target, ModuleTarget):
-                errors, outcome, details = self._module_in_process(candidate, target, trusted)
+                errors, outcome, details = self._module_in_process(candidate, target, trusted, utils)
             else:
                 fn = candidate if not trusted else _Trusted(candidate)
-                errors = [issue_of(e) for e in self.kernel_utils.validate(target.reference_fn, CandidateCall(fn),
-                                                                          list(target.samples))]
+                errors = [issue_of(e) for e in utils.validate(target.reference_fn, CandidateCall(fn),
+                                                              list(target.samples))]
                 outcome, details = outcome_of_issues(errors), {"phase": "validation"}
         except HarnessError as exc:
             return Verdict(Outcome.HARNESS_ERROR, _short(exc.reason),
@@ -113,10 +117,11 @@ class Judge:
             f"{len(errors)} validation error(s); first: {_short(str(errors[0]), 200)}"
         return Verdict(outcome, message, details=details, wall_s=time.monotonic() - started)
 
-    def _module_in_process(self, build: Callable[[int], Any], target: ModuleTarget, trusted: bool
+    @staticmethod
+    def _module_in_process(build: Callable[[int], Any], target: ModuleTarget, trusted: bool, utils: KernelUtils
                            ) -> tuple[list[ValidationIssue], Outcome, dict[str, Any]]:
-        check = check_module(target.source, lambda seed: ModelCall(build(seed), trusted=trusted),
-                             self.kernel_utils.validate, target.device, seeds=target.seeds, dtype=target.dtype)
+        check = check_module(target.source, lambda seed: ModelCall(build(seed), trusted=trusted), utils.validate,
+                             target.device, seeds=target.seeds, dtype=target.dtype)
         details: dict[str, Any] = {"phase": "module check", "seeds_checked": check.seeds_checked}
         if check.scaled is not None:
             details.update(oracle_scaled=check.scaled.value, note=check.scaled.note(target.seeds[0]))

@@ -297,8 +297,8 @@ def _generator_class() -> type:
             self.sandbox_results: list[Any] = []
             self.providers: list[Any] = []
 
-        def _run_sandbox(self, code, task, samples, counts, cancel):  # type: ignore[no-untyped-def]
-            result = super()._run_sandbox(code, task, samples, counts, cancel)
+        def _judge(self, code, task, samples, counts, cancel):  # type: ignore[no-untyped-def]
+            result = super()._judge(code, task, samples, counts, cancel)
             self.sandbox_results.append(result)
             return result
 
@@ -345,7 +345,9 @@ def _worker(name: str, device: str, timing: str, scale: int) -> Outcome:
     import torch
 
     from agent.llm import LLMConfig
+    from forge.judging import JudgeOptions
     from forge.optimizer import KernelOptimizer
+    from forge.sandbox import SandboxOptions
 
     e = entry(name)
     samples = samples_for(e, device, scale)
@@ -353,13 +355,13 @@ def _worker(name: str, device: str, timing: str, scale: int) -> Outcome:
     cache = Path(os.environ.get("KFORGE_CACHE_DIR") or tempfile.mkdtemp(prefix="kforge-adversarial-cache-"))
     config = LLMConfig(model="adversarial-corpus", base_url="http://127.0.0.1:9", api_key="sk-corpus",
                        cache_dir=cache)
+    quick = timing == "quick"
+    # CI: the sandbox's timing is feedback for the model only, and the end-to-end check times the model
+    judge_options = JudgeOptions(SandboxOptions(timeout_s=240.0), max_concurrent=1, benchmark=not quick)
     generator = _generator_class()(config, client=_scripted_client(config, _reply_text(e.source)), candidates=1,
                                    attempts=1, optimize_rounds=0, functions=[e.function], kernel_utils=utils,
-                                   artifacts_dir=cache / "runs", use_cache=False, sandbox_timeout_s=240.0)
-    quick = timing == "quick"
-    if quick:  # CI: the sandbox's timing is feedback for the model only, and the end-to-end check times the model
-        generator.sandbox.defaults["benchmark"] = False
-    optimizer = KernelOptimizer(kernel_generators=[generator], kernel_utils=utils,
+                                   artifacts_dir=cache / "runs", use_cache=False, judge_options=judge_options)
+    optimizer = KernelOptimizer(kernel_generators=[generator], kernel_utils=utils, judge=generator.judge,
                                 generator_min_time_share_percent=0.0, generation_timeout=300.0,
                                 end_to_end_check=not quick)
     snapshot = _StateSnapshot()

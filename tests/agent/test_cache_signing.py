@@ -21,7 +21,9 @@ from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
 from agent.cache import KernelCache
 from agent.languages import get_language
 from forge.checking import KernelUtils
+from forge.judging import JudgeOptions
 from forge.samples import Sample
+from forge.sandbox import SandboxOptions
 from forge.signing import SigningKey, sign_document
 from tests.agent.kernels import SILU_OK, SILU_WRONG, fenced
 from tests.agent.llm_server import ScriptedLLMServer, reply
@@ -38,7 +40,8 @@ def _generator(server: ScriptedLLMServer, tmp_path: Path) -> LLMKernelGenerator:
     config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test",
                        cache_dir=tmp_path / "cache", max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05)
     return LLMKernelGenerator(config, candidates=1, attempts=2, optimize_rounds=0, kernel_utils=QUICK,
-                              artifacts_dir=tmp_path / "runs", sandbox_timeout_s=120.0)
+                              artifacts_dir=tmp_path / "runs",
+                              judge_options=JudgeOptions(SandboxOptions(timeout_s=120.0), max_concurrent=2))
 
 
 def _marker_source(marker: Path) -> str:

@@ -397,11 +397,14 @@ def test_toolchain_key_names_backend_arch_and_compiler_version() -> None:
     assert a.key() == Toolchain("nvrtc", "sm_90", "13.0", None, "13.0").key()  # nvcc unseen in a sandbox: same key
 
 
-def test_child_environment_uses_the_sandbox_cache_and_pins_the_toolchain(monkeypatch, tmp_path: Path) -> None:
+def test_child_environment_builds_in_the_scratch_reads_the_shared_cache_and_pins_the_toolchain(
+        monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("KFORGE_CUDA_BACKEND", "nvcc")
-    env = CUDA.child_environment("cuda")
-    assert env["KFORGE_CUDA_CACHE"] == str(tmp_path / "cuda") and env["KFORGE_CUDA_BACKEND"] == "nvcc"
+    env = CUDA.child_environment("cuda", tmp_path / "scratch")
+    assert env["KFORGE_CUDA_CACHE"] == str(tmp_path / "scratch" / "cuda")  # its own builds die with it
+    assert env["KFORGE_CUDA_SHARED_CACHE"] == str(tmp_path / "cuda")  # the parent's prebuilt cubins, read-only
+    assert env["KFORGE_CUDA_BACKEND"] == "nvcc"
     if torch.cuda.is_available():
         pinned = Toolchain(**__import__("json").loads(env[TOOLCHAIN_ENV]))
         monkeypatch.setenv(TOOLCHAIN_ENV, env[TOOLCHAIN_ENV])
@@ -428,23 +431,20 @@ def test_fix_prompt_headline_names_the_language_compiler() -> None:
     assert Failure.of({"status": "mismatch"}).headline_in("cuda") == Failure.of({"status": "mismatch"}).headline
 
 
-def test_sandbox_caches_are_triton_then_the_languages_own(monkeypatch, tmp_path: Path) -> None:
-    from forge.sandbox.environment import sandbox_caches
-
+def test_only_cuda_shares_a_cache_with_its_children_and_triton_none(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path))
-    assert sandbox_caches(CUDA) == [tmp_path / "triton", tmp_path / "cuda"]
-    assert sandbox_caches(get_language("triton")) == [tmp_path / "triton"] == sandbox_caches(None)
-    assert (tmp_path / "cuda").is_dir()
+    assert CUDA.shared_caches() == [tmp_path / "cuda"] and (tmp_path / "cuda").is_dir()
+    assert get_language("triton").shared_caches() == []  # each Triton child compiles in its own scratch
 
 
 @needs_compiler
 def test_a_child_inside_the_boundary_loads_the_parents_prebuilt_cubin(monkeypatch, tmp_path: Path) -> None:
-    """Inside bubblewrap only the run folder and the `sandbox_caches` are writable and /tmp is private: the CUDA
-    cache must be among them, or the child never sees the build pool's cubins (and keeps none of its own)."""
+    """Inside bubblewrap nothing but the private scratch is writable: the build pool's cache is bound read-only
+    (`CudaLanguage.shared_caches`), so the child loads the parent's cubin without compiling and cannot change it."""
     import shutil
 
     from agent.languages.cuda import toolchain as toolchain_module
-    from forge.sandbox.environment import child_environment, sandbox_caches
+    from forge.sandbox.environment import SCRATCH_MOUNT, child_environment
     from forge.sandbox.isolation import IsolationLevel, bwrap_command, resolve_isolation
 
     if shutil.which("bwrap") is None or resolve_isolation("auto", allow_unsafe=True).level is not \
@@ -459,19 +459,23 @@ def test_a_child_inside_the_boundary_loads_the_parents_prebuilt_cubin(monkeypatc
     with pool:
         build = pool.submit(RMS_NORM_FILE).result(timeout=300)
     folder = tmp_path / "run"
-    (folder / "home").mkdir(parents=True)
+    folder.mkdir(parents=True)
     (folder / "candidate.py").write_text(RMS_NORM_FILE)
-    env = child_environment(folder / "home", folder, language_env=CUDA.child_environment("cuda"))
+    env = child_environment(SCRATCH_MOUNT, language_env=CUDA.child_environment("cuda", SCRATCH_MOUNT))
     code = ("import pathlib\nfrom agent.languages.cuda.build import build_cubin\n"
             "from agent.languages.cuda.source import extract_cuda_source\n"
             "from agent.languages.cuda.toolchain import toolchain\n"
             "src = extract_cuda_source(pathlib.Path('candidate.py').read_text())[0]\n"
-            "b = build_cubin(src, toolchain())\nprint(b.key, b.cached)\n")  # what load_cuda does first
+            "b = build_cubin(src, toolchain())\nprint(b.key, b.cached)\n"  # what load_cuda does first
+            "import os\nshared = os.environ['KFORGE_CUDA_SHARED_CACHE']\n"
+            "try:\n    open(os.path.join(shared, 'planted'), 'w')\n    print('SHARED writable')\n"
+            "except OSError:\n    print('SHARED read-only')\n")
     argv = bwrap_command(shutil.which("bwrap"), [sys.executable, "-c", code], folder=folder,
-                         writable=sandbox_caches(CUDA))
+                         scratch=SCRATCH_MOUNT, readonly=CUDA.shared_caches())
     out = subprocess.run(argv, env=env, cwd=folder, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [build.key, "True"]  # the same key, found in the cache: no compile in the child
+    # the same key, found in the cache: no compile in the child; and the child cannot plant a cubin there
+    assert out.stdout.split() == [build.key, "True", "SHARED", "read-only"]
 
 
 def test_importing_the_language_does_not_import_the_runtime() -> None:

@@ -13,11 +13,13 @@ import torch.nn.functional as F
 from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
 from forge.checking import KernelUtils
 from forge.demo import demo_inputs, demo_model
+from forge.judging import JudgeOptions
 from forge.optimizer import KernelOptimizer
 from forge.outcome import Outcome
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.provider import KernelProvider
 from forge.samples import Sample
+from forge.sandbox import SandboxOptions
 from tests.agent.kernels import (
     RMS_NORM_OK,
     SILU_COMPILE_ERROR,
@@ -37,8 +39,9 @@ def _generator(server: ScriptedLLMServer, tmp_path, **kwargs) -> LLMKernelGenera
                        cache_dir=tmp_path / "cache",
                        max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05,
                        input_price_per_mtok=1.0, output_price_per_mtok=2.0, **kwargs.pop("config", {}))
+    sandbox = SandboxOptions(timeout_s=kwargs.pop("sandbox_timeout_s", 120.0), **kwargs.pop("sandbox", {}))
     options = {"candidates": 1, "attempts": 4, "optimize_rounds": 0, "kernel_utils": QUICK,
-               "artifacts_dir": tmp_path / "runs", "sandbox_timeout_s": 120.0}
+               "artifacts_dir": tmp_path / "runs", "judge_options": JudgeOptions(sandbox, max_concurrent=2)}
     options.update(kwargs)
     return LLMKernelGenerator(config, **options)
 
@@ -96,9 +99,9 @@ def test_a_harness_error_ends_the_conversation_without_blaming_the_model(scripte
 
     scripted_llm.push(reply(fenced(SILU_OK)), reply(fenced(SILU_OK)))
     utils = FailingReferenceUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_s=0.01, failure="oom")
-    generator = _generator(scripted_llm, tmp_path, kernel_utils=utils, use_cache=False)
     # isolation "none": the boundary binds only agent/ and forge/, and these settings come from the tests package
-    generator.sandbox.defaults.update(isolation="none", allow_unsafe=True)
+    generator = _generator(scripted_llm, tmp_path, kernel_utils=utils, use_cache=False,
+                           sandbox={"isolation": "none", "allow_unsafe": True})
     result = generator.submit("silu", _silu_samples()).result(timeout=300)
     assert not result.succeeded and result.outcome == Outcome.HARNESS_ERROR and "ran out of memory" in result.error
     assert len(scripted_llm.requests) == 1  # no fix prompt: the model is never told the harness failure is its fault
@@ -129,7 +132,7 @@ def test_hanging_kernel_times_out_and_the_loop_goes_on(scripted_llm, tmp_path) -
     result = generator.submit("silu", _silu_samples()).result(timeout=300)
     assert result.succeeded
     assert "timeout" in _user_prompts(scripted_llm)[1].lower()
-    assert generator.sandbox.live_process_groups() == []
+    assert generator.judge.pool.live_process_groups() == []
 
 
 def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
@@ -256,7 +259,7 @@ def test_generation_timeout_cancels_in_flight_calls(tmp_path) -> None:
         assert time.monotonic() - start < 30
         assert len(plan) == 0
         assert list(optimizer.report["status"]) == ["timeout"]
-        assert generator.sandbox.live_process_groups() == []
+        assert generator.judge.pool.live_process_groups() == []
 
 
 def test_provider_restored_from_an_edited_plan_is_refused() -> None:
@@ -293,36 +296,26 @@ def test_optimize_rounds_show_the_measurements_and_keep_the_fastest_correct_kern
 
 def test_a_module_problem_runs_in_the_same_loop_and_an_untimed_verdict_ends_it_at_the_first_correct_one(
         scripted_llm, tmp_path) -> None:
-    """`generate_module` shares the conversation loop: no-code and fix feedback for `ModelNew`, and without a
-    measured time (the caller's `evaluate` gives none) there is nothing to optimise, so no optimize round is asked."""
+    """`generate_module` shares the conversation loop: no-code and fix feedback for `ModelNew`, each candidate judged
+    in the sandbox against the problem's `Model`; a judge that does not time (`benchmark=False`) gives nothing to
+    optimise, so no optimize round is asked."""
     from agent.prompting import ModuleTask
-    from forge.sandbox import SandboxResult
-    from tests.evals.test_runner import MLP, MLP_NEW, MLP_WRONG
+    from forge.judging import ModuleSource, ModuleTarget
+    from tests.agent.kernels import MLP_TRITON, MLP_TRITON_WRONG
+    from tests.evals.test_runner import MLP
 
-    def evaluate(code: str) -> SandboxResult:  # a real (in-process) check of ModelNew against Model
-        reference, candidate = {}, {}
-        exec(compile(MLP, "<Model>", "exec"), reference)  # noqa: S102 - test sources
-        exec(compile(code, "<ModelNew>", "exec"), candidate)  # noqa: S102
-        torch.manual_seed(0)
-        model = reference["Model"](16, 8)
-        torch.manual_seed(0)
-        model_new = candidate["ModelNew"](16, 8)
-        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
-        with torch.no_grad():
-            close = torch.allclose(model(x), model_new(x), atol=1e-6)
-        return SandboxResult(status="ok" if close else "mismatch",
-                             message="ModelNew matches Model" if close else "ModelNew differs from Model")
-
-    scripted_llm.push(reply("Here is my plan: fuse the linear layer and the ReLU."), reply(fenced(MLP_WRONG)),
-                      reply(fenced(MLP_NEW)))
-    generator = _generator(scripted_llm, tmp_path, attempts=3, optimize_rounds=2)
-    result = generator.generate_module(ModuleTask.from_source(MLP, name="LinearReLU"), evaluate)
-    assert result.error is None and result.source.strip() == MLP_NEW.strip()
+    scripted_llm.push(reply("Here is my plan: fuse the linear layer and the ReLU."),
+                      reply(fenced(MLP_TRITON_WRONG)), reply(fenced(MLP_TRITON)))
+    generator = _generator(scripted_llm, tmp_path, attempts=3, optimize_rounds=2,
+                           judge_options=JudgeOptions(SandboxOptions(timeout_s=120), benchmark=False))
+    result = generator.generate_module(ModuleTask.from_source(MLP, name="LinearReLU"),
+                                       ModuleTarget(ModuleSource(MLP, "LinearReLU")))
+    assert result.error is None and result.source.strip() == MLP_TRITON.strip()
     assert result.attempts == 3 and result.usage["calls"] == 3 and result.usage["prompt_tokens"] > 0
     prompts = _user_prompts(scripted_llm)
     assert len(prompts) == 3  # no optimize round: the correct verdict carried no timing
     assert prompts[1].startswith("# Fix your `ModelNew`") and "defines `ModelNew`" in prompts[1]
-    assert prompts[2].startswith("# Fix your `ModelNew`") and "ModelNew differs from Model" in prompts[2]
+    assert prompts[2].startswith("# Fix your `ModelNew`") and "seed 42" in prompts[2] and "mismatch" in prompts[2]
     folder = tmp_path / "runs"
     assert len(list(folder.rglob("module-LinearReLU/conversation-0/turn*-kernel.py"))) == 2
 
@@ -349,7 +342,7 @@ def test_cuda_candidates_are_built_into_the_sandbox_cache_before_the_sandbox_run
     monkeypatch.setenv("KFORGE_SANDBOX_CACHE_DIR", str(tmp_path / "sandbox-cache"))
     monkeypatch.delenv(cuda_toolchain.TOOLCHAIN_ENV, raising=False)
     monkeypatch.setattr(cuda_toolchain, "device_arch", lambda device=None: "sm_90")  # the GPU the child would see
-    child_env = cuda.child_environment("cuda")
+    child_env = cuda.child_environment("cuda", tmp_path / "scratch")
     assert cuda_toolchain.TOOLCHAIN_ENV in child_env  # the parent's toolchain, pinned for the child
     cubins = tmp_path / "sandbox-cache" / "cuda" / "cubin"
 
@@ -377,14 +370,14 @@ def test_cuda_candidates_are_built_into_the_sandbox_cache_before_the_sandbox_run
         loaded.append(code)
         return "verdict"
 
-    monkeypatch.setattr(generator, "_run_sandbox", child_load)
+    monkeypatch.setattr(generator, "_judge", child_load)
     try:
         assert problem.evaluate(RMS_NORM_FILE, threading.Event()) == "verdict"
         assert len(list(cubins.glob("*.cubin"))) == 1 and loaded == [RMS_NORM_FILE]
         # a candidate that fails screening is not built (the sandbox reports the screen's findings)
         forbidden = RMS_NORM_FILE.replace("rsqrtf(", "printf(\"x\"); rsqrtf(")
         assert get_language("cuda").screen(forbidden, "rms_norm")
-        monkeypatch.setattr(generator, "_run_sandbox", lambda *args: "screened")
+        monkeypatch.setattr(generator, "_judge", lambda *args: "screened")
         assert problem.evaluate(forbidden, threading.Event()) == "screened"
         assert len(list(cubins.glob("*.cubin"))) == 1
     finally:

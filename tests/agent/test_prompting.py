@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from enum import Enum
 from types import SimpleNamespace
 
 import pytest
@@ -26,6 +25,7 @@ from agent.prompting import (
 from agent.roofline import estimate
 from agent.semantics import entry_signature, parameter_names, semantics_summary, signature_text
 from forge.functional import functional_names, original_function
+from forge.outcome import Outcome
 from forge.samples import Sample, TensorSpec
 from prompts import PROMPTS_DIR
 
@@ -183,7 +183,7 @@ def test_fix_prompt_carries_compile_log_mismatches_and_violations(task, renderer
     actual[0, 1] = float("nan")
     rows = worst_mismatches(expected, actual, limit=5, sample=2)
     failure = {
-        "status": "rejected",
+        "status": "forbidden",
         "message": "screening refused the file",
         "details": {
             "compile_log": "triton.compiler.errors.CompilationError: at 12:8:\n    x = tl.load(ptr + offs)\n"
@@ -195,7 +195,7 @@ def test_fix_prompt_carries_compile_log_mismatches_and_violations(task, renderer
         },
     }
     text = renderer.fix(task, PREVIOUS, failure)
-    assert "Status: rejected" in text and "forbidden constructs" in text
+    assert "Status: forbidden" in text and "forbidden constructs" in text
     assert "screening refused the file" in text
     assert "CompilationError: at 12:8" in text and "Cannot make_shape_compatible" in text
     assert "Mismatched elements: 2 / 24" in text
@@ -213,13 +213,13 @@ def test_fix_prompt_carries_compile_log_mismatches_and_violations(task, renderer
     ("failure", "expected_kind", "needle"),
     [
         ({"status": "timeout", "details": {"timeout_s": 30}}, "timeout", "did not finish within 30 s"),
-        ({"status": "crashed", "details": {"signal": -11}}, "crash", "signal 11 (SIGSEGV)"),
+        ({"status": "crash", "details": {"signal": -11}}, "crash", "signal 11 (SIGSEGV)"),
         ({"status": "no_code", "details": {"reply": "Sure! Use torch."}}, "no_code", "Sure! Use torch."),
-        ({"status": "reply_truncated"}, "truncated", "shorter complete file"),
+        ({"status": "truncated"}, "truncated", "shorter complete file"),
         ({"status": "runtime_error", "details": {"exception": "IndexError: out of range",
                                                  "traceback": "\n".join(f"frame {i}" for i in range(100))}},
          "runtime", "frame 99"),
-        (SimpleNamespace(status="failed", message="", details=SimpleNamespace(errors=["values differ"])),
+        (SimpleNamespace(status=Outcome.MISMATCH, message="", details=SimpleNamespace(errors=["values differ"])),
          "mismatch", "values differ"),
     ],
 )
@@ -252,23 +252,23 @@ def test_fix_prompt_reads_sandbox_style_results(task, renderer):
     assert "Problems found by screening" in text and "Forbidden constructs" not in text
 
 
-def test_failure_view_is_lenient_and_takes_exception_objects():
+def test_failure_view_takes_exception_objects_and_reads_the_kind_from_the_outcome_only():
     try:
         raise ZeroDivisionError("division by zero in grid")
     except ZeroDivisionError as exc:
         caught = exc
-    view = Failure.of({"status": "error", "details": {"exception": caught, "unknown_key": 1}})
+    view = Failure.of({"status": Outcome.RUNTIME_ERROR, "details": {"exception": caught, "unknown_key": 1}})
     assert view.kind == "runtime"
     assert view.exception == "ZeroDivisionError: division by zero in grid"
     assert "raise ZeroDivisionError" in view.traceback
     assert Failure.of("compile_error").kind == "compile"
-
-    class Status(Enum):
-        TIMED_OUT = "timed_out"
-
-    assert Failure.of({"status": Status.TIMED_OUT}).status == "timed_out"
-    assert Failure.of({"status": Status.TIMED_OUT}).kind == "timeout"
+    assert {Failure.of({"status": outcome}).kind for outcome in Outcome} >= {"compile", "runtime", "mismatch",
+                                                                             "timeout", "crash", "forbidden",
+                                                                             "harness"}
+    # Nothing is inferred from words: a status outside the vocabulary, or details that look like a crash, stay
+    # "other" (the old keyword classifier read "killed" in a status as a crash and "load" as a compile error).
     assert Failure.of(SimpleNamespace(status="weird")).kind == "other"
+    assert Failure.of({"status": "killed while loading", "details": {"signal": 9}}).kind == "other"
 
 
 def test_worst_mismatches_orders_by_error_and_skips_matches():

@@ -784,3 +784,60 @@ def test_a_classmethod_is_refused_and_bound_calls_pass() -> None:
     assert_refused(classmethod_source, "classmethod")
     honest = with_body("p = _Put()\np.update(1)\nscope = p.get", _PATCHER)
     assert screen_source(honest, "relu", "triton") == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Members of triton.language's enum classes are constants (tl.PropagateNan.ALL), device and host code alike
+# ---------------------------------------------------------------------------------------------------------
+_NAN_KERNEL = CLEAN.replace("tl.maximum(x, 0.0)", "tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)")
+
+
+def test_enum_members_of_triton_language_pass_in_device_and_host_code() -> None:
+    assert "tl.PropagateNan.ALL" in _NAN_KERNEL
+    assert constructs(_NAN_KERNEL) == []
+    host = _NAN_KERNEL.replace("    # INSERT",
+                               "    none = tl.PropagateNan.NONE\n    from_core = tl.core.PropagateNan.ALL")
+    assert constructs(host) == []
+    # past the member, attributes are a value's: `.value` is on no host allow-list
+    assert constructs(_NAN_KERNEL.replace("    # INSERT", "    value = tl.PropagateNan.ALL.value")) == [".value"]
+    imported = host.replace("import triton.language as tl\n",
+                            "import triton.language as tl\nfrom triton.language import PropagateNan as P\n", 1)
+    imported = imported.replace("propagate_nan=tl.PropagateNan.ALL", "propagate_nan=P.ALL")
+    assert constructs(imported) == []
+
+
+def test_the_enum_members_are_derived_from_the_installed_triton() -> None:
+    import enum
+
+    import triton.language as tl
+
+    from agent.languages.triton import triton_language_constant
+
+    enums = {name: value for name, value in vars(tl).items() if isinstance(value, enum.EnumMeta)}
+    assert "PropagateNan" in enums
+    for name, cls in enums.items():
+        for member in cls.__members__:
+            assert triton_language_constant(f"triton.language.{name}.{member}"), (name, member)
+    for qualname in ("triton.language.PropagateNan", "triton.language.PropagateNan.mro",
+                     "triton.language.PropagateNan._missing_", "triton.language.PropagateNan.ALL.ALL",
+                     "triton.language.tensor.T", "triton.runtime.driver.PropagateNan.ALL", "enum.Enum.ALL"):
+        assert not triton_language_constant(qualname), qualname
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("m = tl.PropagateNan.mro()", ".mro"),
+    ("m = tl.PropagateNan._missing_", "._missing_"),
+    ("m = tl.PropagateNan.ALL.__class__", ".__class__"),
+    ("m = tl.PropagateNan.__members__", ".__members__"),
+    ("m = tl.PropagateNan.ALL.ALL", ".ALL"),
+    ("m = tl.PropagateNan.ALL.format", ".format"),
+])
+def test_what_is_not_an_enum_member_stays_judged_as_an_attribute(snippet: str, construct: str) -> None:
+    assert construct in constructs(_NAN_KERNEL.replace("    # INSERT", "    " + snippet))
+
+
+def test_construction_compute_is_for_module_files_only() -> None:
+    """A function-problem file has no construction: `torch.tril` in a class's `__init__` stays refused."""
+    source = with_body("h = _Mask(4)", header="\n\nclass _Mask:\n    def __init__(self, n):\n"
+                       "        self.m = torch.tril(torch.ones(n, n))\n")
+    assert_refused(source, "torch.tril")

@@ -537,3 +537,161 @@ def test_a_resnet_passing_its_block_class_and_a_module_dict_pass() -> None:
                                              "        block.forward(torch.Tensor, None)\n"
                                              "        return nn.Sequential(*layers)\n")
     assert ".forward" in refused(hostile)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PyTorch ops building buffers in `__init__` (the reference Model's own init code: minGPT's causal mask)
+# ---------------------------------------------------------------------------------------------------------
+CAUSAL_MASK = module_file('''
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, max_seqlen):
+        super(CausalSelfAttention, self).__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.register_buffer("bias", torch.tril(torch.ones(max_seqlen, max_seqlen))
+                             .view(1, 1, max_seqlen, max_seqlen))
+        self.n_head = n_head
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = y.numel()
+        _bias_act_kernel[(triton.cdiv(n, 256),)](x, self.c_attn.bias, y, n, 1, 1, 1.0, BLOCK=256)
+        return y
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n_embd, n_head, max_seqlen, n_layer=2):
+        super().__init__()
+        self.blocks = nn.ModuleList([CausalSelfAttention(n_embd, n_head, max_seqlen) for _ in range(n_layer)])
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, n_embd, 2).float() / n_embd))
+        freqs = torch.outer(torch.arange(max_seqlen).float(), inv_freq)
+        self.register_buffer("cos", freqs.cos())
+        self.register_buffer("mask", torch.ones(max_seqlen, max_seqlen, dtype=torch.bool).triu(1))
+        self.proj = nn.Linear(n_embd, n_embd)
+        with torch.no_grad():
+            self.proj.weight.data.mul_(0.5)
+        self.register_buffer("gram", torch.eye(n_embd) @ torch.eye(n_embd))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+''')
+
+
+def test_pytorch_ops_building_buffers_in_init_pass() -> None:
+    assert "torch.tril(torch.ones(max_seqlen, max_seqlen))" in CAUSAL_MASK
+    assert_passes(CAUSAL_MASK)
+
+
+def test_the_construction_ops_are_derived_from_the_live_torch_and_leave_out_machinery() -> None:
+    ops, methods = policy.construction_ops(), policy.construction_tensor_methods()
+    for name in ("torch.tril", "torch.triu", "torch.outer", "torch.cos", "torch.einsum", "torch.cat", "torch.where"):
+        assert name in ops, name
+    for name in ("torch.compile", "torch.manual_seed", "torch.from_file", "torch.frombuffer", "torch.load",
+                 "torch.save", "torch.cond", "torch.vmap", "torch.get_rng_state", "torch.set_default_device",
+                 "torch.nn.functional.softmax", "torch.ops.aten.tril", "torch.cuda.synchronize", "torch.Generator"):
+        assert name not in ops, name
+    assert {"tril", "mul_", "masked_fill_", "repeat", "uniform_"} <= methods
+    for name in ("apply_", "map_", "register_hook", "backward", "set_", "resize_", "untyped_storage",
+                 "record_stream", "share_memory_", "numpy", "compile", "as_subclass"):
+        assert name not in methods, name
+
+
+_MASK_LINE = "        self.register_buffer(\"mask\", torch.ones(max_seqlen, max_seqlen, dtype=torch.bool).triu(1))\n"
+_FORWARD_LINE = "        for block in self.blocks:\n"
+
+
+@pytest.mark.parametrize(("replace", "by", "construct"), [
+    # the same ops in forward (the op, and a tensor method op)
+    (_FORWARD_LINE, "        x = torch.tril(x)\n" + _FORWARD_LINE, "torch.tril"),
+    (_FORWARD_LINE, "        x = x.tril()\n" + _FORWARD_LINE, ".tril"),
+    (_FORWARD_LINE, "        x = x @ self.gram\n" + _FORWARD_LINE, "@"),
+    # in a helper called from __init__, at module level, in a lambda / nested function / generator in __init__
+    ("    def forward(self, x):\n        for",
+     "    def _build(self, n):\n        self.m = torch.tril(torch.ones(n, n))\n\n"
+     "    def forward(self, x):\n        for",
+     "torch.tril"),
+    ("class ModelNew(nn.Module):\n", "_MASK = torch.tril(torch.ones(4, 4))\n\n\nclass ModelNew(nn.Module):\n",
+     "torch.tril"),
+    (_MASK_LINE, _MASK_LINE + "        self.act = lambda t: torch.tanh(t)\n", "torch.tanh"),
+    (_MASK_LINE, _MASK_LINE + "        def act(t):\n            return t.tanh()\n\n        self.act = act\n",
+     ".tanh"),
+    (_MASK_LINE, _MASK_LINE + "        self.gen = (torch.exp(v) for v in self.mask)\n", "torch.exp"),
+    (_MASK_LINE, _MASK_LINE + "        def act(t=torch.exp(torch.ones(1))):\n            return t\n\n"
+     "        self.act = act\n", "torch.exp"),
+    # an op kept as a value (called later, in forward), not called in __init__
+    (_MASK_LINE, _MASK_LINE + "        self.act = torch.softmax\n", "torch.softmax"),
+    (_MASK_LINE, _MASK_LINE + "        self.act = self.mask.exp\n", ".exp"),
+    # machinery stays refused in __init__
+    (_MASK_LINE, _MASK_LINE + "        self.fwd = torch.compile(self.forward)\n", "torch.compile"),
+    (_MASK_LINE, _MASK_LINE + "        self.m2 = torch.ops.aten.tril(self.mask)\n", "torch.ops.aten.tril"),
+    (_MASK_LINE, _MASK_LINE + "        torch.cuda.synchronize()\n", "torch.cuda.synchronize"),
+    (_MASK_LINE, _MASK_LINE + "        torch.manual_seed(0)\n", "torch.manual_seed"),
+    (_MASK_LINE, _MASK_LINE + "        self.m2 = torch.nn.functional.normalize(self.cos)\n",
+     "torch.nn.functional.normalize"),
+    (_MASK_LINE, _MASK_LINE + "        self.m2 = torch.nn.functional.torch.compile(self.forward)\n",
+     "torch.nn.functional.torch.compile"),
+    (_MASK_LINE, _MASK_LINE + "        self.m2 = torch.from_file('/etc/passwd')\n", "torch.from_file"),
+    (_MASK_LINE, _MASK_LINE + "        self.cos.apply_(float)\n", ".apply_"),
+    (_MASK_LINE, _MASK_LINE + "        self.cos.register_hook(float)\n", ".register_hook"),
+    (_MASK_LINE, _MASK_LINE + "        self.cos.set_(self.mask)\n", ".set_"),
+    (_MASK_LINE, _MASK_LINE + "        s = getattr(torch, 'softmax')\n", "getattr"),
+    (_MASK_LINE, _MASK_LINE + "        import os\n", "import os"),
+])
+def test_pytorch_ops_outside_a_construction_only_init_stay_refused(replace: str, by: str, construct: str) -> None:
+    assert replace in CAUSAL_MASK
+    assert construct in refused(CAUSAL_MASK.replace(replace, by, 1))
+
+
+_HELPER = '''
+class Helper(nn.Module):
+    def __init__(self, x=None):
+        super().__init__()
+        if x is not None:
+            self.out = torch.softmax(x, -1)
+
+
+'''
+
+
+@pytest.mark.parametrize("hostile", [
+    # the class built in forward: its __init__ would compute with the input
+    "class ModelNew(nn.Module):\n    def forward(self, x):\n        return Helper(x).out\n",
+    # a subclass built in forward runs the base's __init__
+    "class Sub(Helper):\n    pass\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+    "        return Sub(x).out\n",
+    # handed around as a value, then built anywhere
+    "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.make = Helper\n\n"
+    "    def forward(self, x):\n        return self.make(x).out\n",
+    # built by one of its static methods, called in forward
+    "class ModelNew(nn.Module):\n    def forward(self, x):\n        return Helper.build(x).out\n",
+    # __init__ run again in forward
+    "class ModelNew(Helper):\n    def forward(self, x):\n        self.__init__(x)\n        return self.out\n",
+    "class ModelNew(Helper):\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, x):\n"
+    "        super().__init__(x)\n        return self.out\n",
+    "class ModelNew(Helper):\n    def forward(self, x):\n        super(ModelNew, self).__init__(x)\n"
+    "        return self.out\n",
+    # built in a lambda or a generator (run later)
+    "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        self.make = lambda x: Helper(x)\n\n    def forward(self, x):\n        return self.make(x).out\n",
+])
+def test_an_init_that_can_run_after_construction_gets_no_pytorch_ops(hostile: str) -> None:
+    helper = _HELPER.replace("    def __init__(self, x=None):",
+                             "    @staticmethod\n    def build(x):\n        return Helper(x)\n\n"
+                             "    def __init__(self, x=None):") if "Helper.build" in hostile else _HELPER
+    source = module_file(helper + hostile)
+    violations = screen_module(source)
+    softmax = [v for v in violations if v.construct == "torch.softmax"]
+    assert softmax, format_violations(violations)
+    assert "built nowhere but at module level" in softmax[0].message
+
+
+def test_a_helper_built_at_module_level_or_in_another_init_keeps_its_pytorch_ops() -> None:
+    source = module_file(_HELPER + "_SHARED = Helper(torch.ones(4))\n\n\nclass ModelNew(nn.Module):\n"
+                         "    def __init__(self, n):\n        super(ModelNew, self).__init__()\n"
+                         "        self.h = Helper(torch.ones(n))\n        self.hs = nn.ModuleList([Helper() for _ in "
+                         "range(2)])\n        assert isinstance(self.h, Helper)\n\n    def forward(self, x):\n"
+                         "        y = torch.empty_like(x)\n        n = y.numel()\n"
+                         "        _bias_act_kernel[(triton.cdiv(n, 256),)](x, x, y, n, 1, 1, 1.0, BLOCK=256)\n"
+                         "        return y\n")
+    assert_passes(source)

@@ -18,6 +18,7 @@ import forge.functional
 from forge.checking import KernelUtils
 from forge.functional import original_function
 from forge.optimizer import KernelOptimizer, ReportStatus
+from forge.outcome import Outcome
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample
@@ -312,7 +313,8 @@ def test_a_failing_reference_is_a_harness_error_not_the_candidates(error) -> Non
     optimizer = KernelOptimizer(kernel_providers=FastGeluProvider(), kernel_utils=utils, end_to_end_check=False)
     assert len(optimizer.make_plan(GeluNet(), _data())) == 0
     row = optimizer.report.set_index("candidate").loc["FastGeluProvider"]
-    assert row["status"] == ReportStatus.HARNESS_ERROR and "HarnessError" in row["error"]
+    assert row["status"] == ReportStatus.HARNESS_ERROR and row["outcome"] == Outcome.HARNESS_ERROR
+    assert "the reference" in row["error"] and "the candidate cannot be judged" in row["error"]
     assert ("ran out of memory" in row["error"]) == (not isinstance(error, ValueError))
 
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from forge.cli import main
+from forge.outcome import Outcome
 from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError
 from forge.samples import Sample
 from forge.signing import (
@@ -28,7 +29,7 @@ from forge.signing import (
     load_key,
     sign_document,
 )
-from forge.verify import VerifySettings, VerifyStatus, verify_plan_file
+from forge.verify import VerifySettings, verify_plan_file
 from tests.agent.kernels import SILU_HANG, SILU_OK, SILU_WRONG
 from tests.forge.providers_for_tests import FastGeluProvider
 
@@ -229,17 +230,17 @@ def _spy_child(monkeypatch) -> list[str]:
 def test_verify_runs_a_generated_kernel_in_the_sandbox_and_a_wrong_one_never_leaves_it(tmp_path, monkeypatch) -> None:
     started = _spy_child(monkeypatch)
     wrong = verify_plan_file(_generated_plan(tmp_path / "wrong.json", SILU_WRONG))
-    assert [r.status for r in wrong] == [VerifyStatus.FAILED]
+    assert [r.status for r in wrong] == [Outcome.MISMATCH]
     assert started == []  # the verifying child (which imports the kernel unsandboxed) was never started
     ok = verify_plan_file(_generated_plan(tmp_path / "ok.json", SILU_OK))
-    assert [r.status for r in ok] == [VerifyStatus.PASSED] and started == ["silu"]
+    assert [r.status for r in ok] == [Outcome.OK] and started == ["silu"]
 
 
 def test_verify_stops_a_spinning_kernel_in_the_sandbox(tmp_path, monkeypatch) -> None:
     started = _spy_child(monkeypatch)
     settings = VerifySettings(timeout_s=1, sandbox_startup_s=15)
     result, = verify_plan_file(_generated_plan(tmp_path / "hang.json", SILU_HANG), settings)
-    assert result.status is VerifyStatus.TIMEOUT and "sandbox start-up" in result.errors[0]
+    assert result.status is Outcome.TIMEOUT and "sandbox start-up" in result.errors[0]
     assert started == []
 
 
@@ -257,25 +258,25 @@ def test_verify_refuses_to_run_a_generated_kernel_without_the_sandbox(tmp_path, 
         result, = verify_plan_file(path)
     finally:
         reset_probes()
-    assert result.status is VerifyStatus.REFUSED and "sandbox cannot be set up" in result.errors[0]
+    assert result.status is Outcome.HARNESS_ERROR and "sandbox cannot be set up" in result.errors[0]
     assert started == []
 
 
-def test_verify_refuses_a_code_carrying_provider_without_an_isolated_check(tmp_path, monkeypatch) -> None:
+def test_verify_refuses_a_code_carrying_provider_that_gives_the_judge_no_code(tmp_path, monkeypatch) -> None:
     from agent.provider import GeneratedKernelProvider
 
     path = _generated_plan(tmp_path / "plan.json")
     started = _spy_child(monkeypatch)
-    monkeypatch.setattr(GeneratedKernelProvider, "verify_isolated", lambda self, samples, timeout_s: None)
+    monkeypatch.setattr(GeneratedKernelProvider, "candidate_code", lambda self: None)
     result, = verify_plan_file(path)
-    assert result.status is VerifyStatus.REFUSED and "offers no isolated check" in result.errors[0]
+    assert result.status is Outcome.HARNESS_ERROR and "gives the judge none to sandbox" in result.errors[0]
     assert started == []
 
 
 def test_static_providers_skip_the_sandbox(tmp_path, monkeypatch) -> None:
     started = _spy_child(monkeypatch)
     result, = verify_plan_file(_static_plan(tmp_path / "plan.json"))
-    assert result.status is VerifyStatus.PASSED and started == ["gelu"]
+    assert result.status is Outcome.OK and started == ["gelu"]
 
 
 def test_optimize_reports_who_signed_the_saved_plan_or_how_to_sign_it(tmp_path, monkeypatch, capsys) -> None:

@@ -23,8 +23,8 @@ import torch
 
 import agent
 from forge.checking import KernelUtils
-from forge.samples import Sample
 from forge.judging import HarnessLimit
+from forge.samples import Sample
 from forge.sandbox import IsolationLevel, SandboxUnavailableError, boundary_isolation
 from forge.sandbox.isolation import UNSAFE_ENV, readonly_paths, reset_probes, sandbox_cache_dir
 from tests.sandbox_run import judge_file
