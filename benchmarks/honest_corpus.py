@@ -133,6 +133,9 @@ def judge_corpus(args: argparse.Namespace) -> int:
     triton = get_language("triton")
     rows = []
     entries = [e for e in load_manifest() if not args.only or any(o in e["file"] for o in args.only)]
+    if args.shard:
+        index, count = (int(part) for part in args.shard.split("/"))
+        entries = entries[index::count]
     for index, entry in enumerate(entries, 1):
         code = (CORPUS_DIR / entry["file"]).read_text(encoding="utf-8")
         started = time.monotonic()
@@ -184,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--timeout", type=float, default=300.0, help="sandbox time per file (the candidate's), seconds")
     j.add_argument("--time-here", action="store_true", help="also time correct files in this process")
     j.add_argument("--only", nargs="*", help="substrings of the files to judge")
+    j.add_argument("--shard", help="I/N: judge every N-th file from the I-th (parallel processes)")
     j.add_argument("--out", help="write the rows and the summary as JSON")
     args = parser.parse_args(argv)
     return {"render": render, "judge": judge_corpus}[args.command](args)

@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils
-from forge.checking.benchmarking import NotCapturableError, samples_device
+from forge.checking.benchmarking import Bracket, NotCapturableError, samples_device
 from forge.checking.integrity import Snapshot
 from forge.checking.spot_check import SpotCheckError
 from forge.end_to_end import ModelRunner, time_model
@@ -544,13 +544,14 @@ class KernelOptimizer:
                     self._row(name, c.provider.name, c.source, ReportStatus.HARNESS_ERROR,
                               error=f"baseline failed: {exc}")
                 continue
-            baseline = min((first, second), key=lambda b: b.median_ms)
+            bracket = Bracket(first, second)
+            baseline = bracket.baseline
             self._row(name, "PyTorch (eager)", "baseline", ReportStatus.BASELINE, baseline, baseline=baseline)
             if not timed:
                 continue
             ranked = sorted(timed, key=lambda c: c.result.median_ms)
             best = ranked[0]
-            chosen = best if all(best.result.is_faster_than(b) for b in (first, second)) else None
+            chosen = best if bracket.beaten_by(best.result) else None
             for c in ranked:
                 if c is chosen:
                     status = ReportStatus.SELECTED

@@ -532,11 +532,14 @@ def torch_reference_problem(qualname: str, function_name: str | None = None) -> 
 # Staticmethods and methods of classes whose bases are not in `TRUSTED_BASES` (e.g. a `str` subclass, whose `self`
 # has `format`) get no `self` privilege at all. The privilege covers `self.x` only: what `self.x` holds is judged as
 # any value (`self.k = kernel; self.k.get_capture_scope()` is refused), and attributes are set only as `self.x = ...`
-# or on a layer or instance the class itself created there (`self.conv = nn.Conv2d(...)`; `self.conv.bias = ...`).
+# or on a layer or instance the class itself created there (`self.conv = nn.Conv2d(...)`; `self.conv.bias = ...`);
+# on such an owned `self.x` its `forward` and the methods listing its own parameters, buffers and submodules may be
+# called too (bound to that instance: `agent.screening.python_ast._OWNED_MODULE_CALLS`).
 #
 # Attribute names on values the screen cannot type: besides `HOST_ATTRIBUTES`, the names the file's own classes
 # define (class-body names, `self.x = ...` in their methods) and, for module problems, the parameter, buffer and
-# setting names of torch.nn layers (`module_attributes()`, derived from the live torch). Neither set may contain a
+# setting names of torch.nn layers (`module_attributes()`, derived from the live torch, the recurrent layers'
+# computed `weight_ih_l0`... included). Neither set may contain a
 # name in `function_internals()` (nor the language's own, e.g. Triton's JITFunction and autotuner attributes): such a
 # name read on a function, code object, frame, generator, Triton kernel or autotuner is refused as before, so what
 # the new names reach is a tensor, a layer's setting, or an attribute of the file's own object.
@@ -706,8 +709,27 @@ def module_attributes() -> frozenset[str]:
             except (TypeError, ValueError):
                 pass
         names.update(instance_attribute_names(cls))
+        names.update(n for n, v in vars(cls).items() if isinstance(v, property))  # `all_weights` of the RNNs
+    names.update(_rnn_parameter_names())
     public_names = {n for n in names if isinstance(n, str) and n.isidentifier() and not n.startswith("_")}
     return frozenset(public_names - module_methods() - {"self"} - forbidden_tensor_methods() - function_internals())
+
+
+# Layers of an nn.LSTM / GRU / RNN whose parameter names `module_attributes` lists (`weight_ih_l0` ... `_l63`).
+_RNN_MAX_LAYERS = 64
+
+
+def _rnn_parameter_names() -> set[str]:
+    """The parameters the recurrent layers register under computed names (`weight_ih_l0`, `bias_hh_l1_reverse`,
+    `weight_hr_l0`, ...; no `self.x = ...` a static read could find): the layer-0 names of a tiny bidirectional,
+    projected `nn.LSTM` of the live torch (a superset of GRU's and RNN's), repeated for `_RNN_MAX_LAYERS` layers."""
+    import torch.nn as nn
+
+    try:
+        first = list(nn.LSTM(1, 2, num_layers=1, bidirectional=True, proj_size=1)._flat_weights_names)
+    except Exception:  # noqa: BLE001 - a torch without these internals: no computed names
+        return set()
+    return {n.replace("_l0", f"_l{k}", 1) for n in first if "_l0" in n for k in range(_RNN_MAX_LAYERS)}
 
 
 @functools.cache

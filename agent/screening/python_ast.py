@@ -133,6 +133,11 @@ _BUILTIN_NAMES = frozenset(dir(builtins))
 _BUILTIN_EXCEPTIONS = frozenset(name for name in dir(builtins) if isinstance(getattr(builtins, name), type)
                                 and issubclass(getattr(builtins, name), BaseException))
 _DUNDER_STRING = re.compile(r"^__\w+__$")
+# nn.Module methods callable on an owned `self.x` (a layer or instance the class itself made, `_owned_attributes`):
+# bound to that instance, they run its forward (as `self.x(...)` does) or list its own parameters, buffers and
+# submodules. On any other value they stay refused: a layer class reached as a value gives them unbound.
+_OWNED_MODULE_CALLS = frozenset({"forward", "parameters", "named_parameters", "buffers", "named_buffers", "children",
+                                 "named_children", "modules", "named_modules"})
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -1084,6 +1089,11 @@ class _Analyser:
     def _is_owned_object_store(self, node: ast.Attribute) -> bool:
         """`self.conv.bias = nn.Parameter(...)` where `self.conv` is owned (`_owned_attributes`): the object is a
         fresh layer or instance the class made itself, so setting its attribute patches nothing shared."""
+        return self._on_owned_object(node)
+
+    def _on_owned_object(self, node: ast.Attribute) -> bool:
+        """`node` is `self.x.<attr>` where `self.x` is owned (`_owned_attributes`): a fresh layer or instance the
+        class made itself."""
         inner = node.value
         if not (isinstance(inner, ast.Attribute) and self._is_self_attribute(inner)):
             return False
@@ -1145,9 +1155,10 @@ class _Analyser:
                 func = value.func
                 own = isinstance(func, ast.Name) and func.id in self.class_defs and len(self.class_defs[func.id]) == 1 \
                     and self.class_facts(self.class_defs[func.id][0]).trusted
+                # a layer class (not a function such as `nn.init.normal_(t)`, which returns the tensor it is given)
                 layer = bool(self.resolve(func)) and allowed is not None and all(
-                    q.startswith("torch.nn.") and allowed(q) and not _is_tensor_class(policy.lookup(q))
-                    for q in self.resolve(func) or ())
+                    q.startswith("torch.nn.") and allowed(q) and isinstance(policy.lookup(q), type)
+                    and not _is_tensor_class(policy.lookup(q)) for q in self.resolve(func) or ())
                 if not (own or layer):
                     ok = False
                     break
@@ -1188,6 +1199,8 @@ class _Analyser:
             return
         if isinstance(node, ast.Attribute) and (self._is_self_attribute(node) or self._is_super_call(node.value)):
             return
+        if called and attr in _OWNED_MODULE_CALLS and isinstance(node, ast.Attribute) and self._on_owned_object(node):
+            return  # `self.block.forward(x)`, `self.lstm.parameters()`: bound to the layer the class made itself
         if isinstance(node, ast.Attribute) and attr in {"__init__", "__post_init__"} and isinstance(
                 node.value, ast.Call) and self._builtin(node.value.func, {"super"}) and not node.value.args:
             return  # `super().__init__()` in any method initialises the instance's bases

@@ -74,7 +74,7 @@ from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample, TensorSpec, clone_tensor, clone_value, iter_tensors, map_values
 
 __all__ = [
-    "BenchmarkResult", "IntegrityError", "NotCapturableError", "SpotCheck", "SpotCheckError", "benchmark",
+    "BenchmarkResult", "Bracket", "IntegrityError", "NotCapturableError", "SpotCheck", "SpotCheckError", "benchmark",
     "samples_device",
 ]
 
@@ -157,6 +157,27 @@ class BenchmarkResult:
             raise ValueError(f"cannot compare timings from different devices ({self.device} vs {other.device})")
         if self.mode != other.mode:
             raise ValueError(f"cannot compare {self.mode} timing with {other.mode} timing: time both with one mode")
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """A baseline timed before and after its candidates, the order every speed judgement uses (the optimizer's
+    selection and the sandbox's feedback to the model alike), so the two report the same speedup for the same kernel
+    within noise: the baseline is the faster of the two runs, and a candidate wins only when it beats both beyond
+    the noise (`BenchmarkResult.is_faster_than`). Timing the baseline once, after the candidate, let a GPU that
+    warmed up or a neighbour's load tilt the ratio one way: the sandbox told a model 0.93x for an attention kernel
+    the optimizer timed at 1.06x."""
+
+    first: BenchmarkResult
+    second: BenchmarkResult
+
+    @property
+    def baseline(self) -> BenchmarkResult:
+        return min((self.first, self.second), key=lambda b: b.median_ms)
+
+    def beaten_by(self, result: BenchmarkResult) -> bool:
+        """Whether `result` is faster than both baseline runs beyond the measured noise."""
+        return all(result.is_faster_than(b) for b in (self.first, self.second))
 
 
 def mann_whitney_p_less(a: Sequence[float], b: Sequence[float]) -> float:

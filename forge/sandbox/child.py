@@ -14,8 +14,9 @@ parent), then serves the parent's requests on the inherited socket (`forge.sandb
   still holds from earlier calls (storage tokens), so the parent's oracle sees the same memory identity. A raised
   exception (its `SystemExit` and `KeyboardInterrupt` included) is replied with its classification by the language
   (`compile_error` or `runtime_error`) and the traceback for the fix prompt.
-- `benchmark`: time the candidate and the reference (the original function, or `Model` on the first seed) here;
-  only feedback for the model, as a kernel controls this process and its clocks.
+- `benchmark`: time the reference, the candidate, the reference again (`forge.checking.benchmarking.Bracket`, the
+  order the optimizer's selection uses) here, on the original function or `Model` on the first seed; only feedback
+  for the model, as a kernel controls this process and its clocks.
 
 A limit of the harness reached while serving (memory, a reply's memory file over RLIMIT_FSIZE, descriptors, a reply
 over what the parent accepts) is replied as `limit`, naming it (`limit_of`): the parent's verdict is then
@@ -441,6 +442,11 @@ class _Server:
                 "op": "benchmark_failed", "failure": _failure(job.language, exc, None, "benchmark")}
         timed = _Recorder(entry)
         details: dict[str, Any] = {}
+        baselines = []
+        try:
+            baselines.append(utils.benchmark(reference, pass_samples))
+        except Exception as exc:  # noqa: BLE001 - not the candidate's fault: report, keep the verdict
+            details["baseline_error"] = _exception_details(exc)
         try:
             latency = utils.benchmark(timed, pass_samples)
         except NotCapturableError as exc:
@@ -461,10 +467,10 @@ class _Server:
             except Exception as exc:  # noqa: BLE001 - device time is extra feedback
                 details["device_latency_error"] = _short(f"{type(exc).__name__}: {exc}")
         baseline = None
-        try:
-            baseline = utils.benchmark(reference, pass_samples).to_dict()
-        except Exception as exc:  # noqa: BLE001 - not the candidate's fault: report, keep the verdict
-            details["baseline_error"] = _exception_details(exc)
+        if baselines:  # the reference again after the candidate: the better of the two, as the optimizer reads it
+            from forge.checking.benchmarking import Bracket
+
+            baseline = Bracket(baselines[0], utils.benchmark(reference, pass_samples)).baseline.to_dict()
         return {"op": "benchmark", "latency_ms": latency.to_dict(), "baseline_ms": baseline, "details": details}
 
 

@@ -32,7 +32,7 @@ DEFAULT_MEMORY_LIMIT_BYTES = 16 << 30
 # RLIMIT_NPROC: tasks (processes and threads) per sandbox; counted per user namespace inside the boundary.
 DEFAULT_PROCESS_LIMIT = 512
 _MIN_FILE_BYTES = 256 << 20
-_MIN_REPLY_BYTES = 1 << 30
+_MIN_REPLY_BYTES = 1 << 30  # a reply may always carry this much (the memory limit above it raises it)
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,13 @@ class SandboxOptions:
         return dataclasses.replace(self, **changes)
 
     def sized_for(self, case_bytes: int) -> SandboxOptions:
-        """These options with the memory and reply limits raised where a case whose largest call moves `case_bytes`
-        (inputs plus expected outputs) needs more: the child holds inputs, outputs and its own temporaries (4x, plus
-        512 MiB), and one reply carries outputs and changed inputs (2x, plus 1 GiB). Limits already large enough
-        stay as they are (the 16 GiB default covers an import of torch and a compiler)."""
-        changes: dict[str, Any] = {}
-        if self.memory_limit_bytes is not None:
-            changes["memory_limit_bytes"] = max(self.memory_limit_bytes, 4 * case_bytes + (512 << 20))
-        if self.reply_limit_bytes is not None:
-            changes["reply_limit_bytes"] = max(self.reply_limit_bytes, 2 * case_bytes + _MIN_REPLY_BYTES)
-        if self.file_size_limit_bytes is not None:
-            changes["file_size_limit_bytes"] = max(self.file_size_limit_bytes, 2 * case_bytes + _MIN_REPLY_BYTES)
-        return self.replace(**changes) if changes else self
+        """These options with the memory limit raised where a case whose largest call moves `case_bytes` (inputs plus
+        expected outputs) needs more: the child holds inputs, outputs and its own temporaries (4x, plus 512 MiB). A
+        limit already large enough stays (the 16 GiB default covers an import of torch and a compiler). The reply
+        and file-size limits follow the memory limit unless set explicitly (then they are kept as given)."""
+        if self.memory_limit_bytes is None:
+            return self
+        return self.replace(memory_limit_bytes=max(self.memory_limit_bytes, 4 * case_bytes + (512 << 20)))
 
     @property
     def reply_bytes(self) -> int | None:

@@ -695,3 +695,103 @@ def test_a_helper_built_at_module_level_or_in_another_init_keeps_its_pytorch_ops
                          "        _bias_act_kernel[(triton.cdiv(n, 256),)](x, x, y, n, 1, 1, 1.0, BLOCK=256)\n"
                          "        return y\n")
     assert_passes(source)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torch.nn.init: its own functions, not the modules it imported (`nn.init.torch` is torch itself)
+# ---------------------------------------------------------------------------------------------------------
+def test_nn_init_functions_pass_in_a_reset_parameters_copied_from_nn_linear() -> None:
+    source = CONV_GROUPNORM.replace("        self.negative_slope = negative_slope\n", '''\
+        self.negative_slope = negative_slope
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels))
+        self.bias = nn.Parameter(torch.empty(out_channels))
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        torch.nn.init.uniform_(self.bias, -bound, bound)
+''')
+    assert_passes(source)
+
+
+@pytest.mark.parametrize(("snippet", "construct"), [
+    ("s = nn.init.torch.compile(self.forward)", "torch.nn.init.torch.compile"),
+    ("s = nn.init.torch.softmax(x, -1)", "torch.nn.init.torch.softmax"),
+    ("s = torch.nn.init.torch.nn.functional.relu(x)", "torch.nn.init.torch.nn.functional.relu"),
+    ("s = nn.init.torch.ops.aten.softmax(x, -1)", "torch.nn.init.torch.ops.aten.softmax"),
+    ("s = nn.init.torch.sys._getframe(0)", "torch.nn.init.torch.sys._getframe"),
+    ("s = nn.init.torch.os.environ", "torch.nn.init.torch.os.environ"),
+    ("s = nn.init.warnings.warn", "torch.nn.init.warnings.warn"),
+    ("s = nn.init.Tensor", "torch.nn.init.Tensor"),
+    ("s = nn.init._make_deprecate(print)", "torch.nn.init._make_deprecate"),
+    ("t = nn.init.torch\n        s = t.compile(self.forward)", "torch.nn.init.torch.compile"),
+])
+def test_what_nn_init_imported_stays_refused(snippet: str, construct: str) -> None:
+    source = CONV_GROUPNORM.replace("        conv = self.conv\n", f"        {snippet}\n        conv = self.conv\n")
+    assert construct in refused(source)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recurrent layers' weights, and nn.Module calls bound to a layer the class made itself
+# ---------------------------------------------------------------------------------------------------------
+RNN_WEIGHTS = module_file('''
+class ModelNew(nn.Module):
+    def __init__(self, input_size, hidden_size, num_layers):
+        super(ModelNew, self).__init__()
+        self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
+        self.gru = nn.GRU(input_size, hidden_size, num_layers, bidirectional=True)
+        self.fc = nn.Linear(hidden_size, 4)
+
+    def forward(self, x):
+        lstm = self.lstm
+        w_ih, w_hh, b_ih, b_hh = lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0
+        w_last = self.lstm.weight_hh_l1 if lstm.num_layers > 1 else w_hh
+        back = self.gru.weight_ih_l0_reverse
+        flat = self.gru.all_weights
+        params = list(self.lstm.parameters())
+        named = dict(self.gru.named_parameters())
+        assert len(params) == 4 * lstm.num_layers and back is named["weight_ih_l0_reverse"]
+        assert flat and w_last is not None
+        y = torch.empty_like(x)
+        n = y.numel()
+        _bias_act_kernel[(triton.cdiv(n, 256),)](x, b_ih + 0 * (w_ih.sum() + w_hh.sum() + b_hh.sum()), y, n, 1, 1, 1.0,
+                                                 BLOCK=256)
+        return self.fc.forward(y)
+''')
+
+
+def test_rnn_weights_and_bound_module_calls_on_owned_layers_pass() -> None:
+    violations = screen_module(RNN_WEIGHTS)
+    # `.sum()` is a PyTorch op in forward (the one thing refused here): the rest passes
+    assert {v.construct for v in violations} == {".sum"}, format_violations(violations)
+    assert_passes(RNN_WEIGHTS.replace("0 * (w_ih.sum() + w_hh.sum() + b_hh.sum())", "0"))
+
+
+@pytest.mark.parametrize(("replace", "by", "construct"), [
+    # a layer class, not a layer: `forward` would come unbound
+    ("        self.fc = nn.Linear(hidden_size, 4)\n", "        self.fc = nn.Linear\n", ".forward"),
+    # the attribute is set elsewhere too: it may hold another object
+    ("        self.fc = nn.Linear(hidden_size, 4)\n",
+     "        self.fc = nn.Linear(hidden_size, 4)\n        self.fc = torch.Tensor\n", ".forward"),
+    # through a local or a container the object is untyped
+    ("        return self.fc.forward(y)\n", "        fc = self.fc\n        return fc.forward(y)\n", ".forward"),
+    ("        return self.fc.forward(y)\n", "        return [self.fc][0].forward(y)\n", ".forward"),
+    ("        return self.fc.forward(y)\n", "        return [nn.Linear][0].forward(self, y)\n", ".forward"),
+    # other nn.Module methods stay refused on layers
+    ("        return self.fc.forward(y)\n", "        self.fc.apply(print)\n        return y\n", ".apply"),
+    ("        return self.fc.forward(y)\n", "        self.fc.register_forward_hook(print)\n        return y\n",
+     ".register_forward_hook"),
+    # an initialiser's result is a tensor, not a layer the class made: no attribute stores on it
+    ("        self.fc = nn.Linear(hidden_size, 4)\n",
+     "        self.fc = nn.Linear(hidden_size, 4)\n        self.w = nn.init.normal_(torch.empty(3))\n"
+     "        self.w.to = print\n", ".to"),
+])
+def test_module_calls_on_what_the_class_did_not_make_stay_refused(replace: str, by: str, construct: str) -> None:
+    assert replace in RNN_WEIGHTS
+    assert construct in refused(RNN_WEIGHTS.replace(replace, by, 1))
+
+
+def test_rnn_parameter_names_are_derived_from_the_live_torch() -> None:
+    names = module_host_attributes()
+    for name in ("weight_ih_l0", "weight_hh_l3", "bias_ih_l0_reverse", "weight_hr_l1", "all_weights"):
+        assert name in names, name
+    assert not {"weight_ih_l0", "all_weights"} & (triton_function_internals() | policy.function_internals())
