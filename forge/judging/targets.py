@@ -72,7 +72,10 @@ class ModuleTarget:
         if not self.seeds:
             raise ValueError("a module target needs at least one seed")
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        object.__setattr__(self, "device", str(torch.device(self.device)))
+        device = torch.device(self.device)
+        if device.type == "cuda" and device.index is None:  # the child needs the very device the parent uses
+            device = torch.device("cuda", torch.cuda.current_device())
+        object.__setattr__(self, "device", str(device))
 
     @property
     def label(self) -> str:

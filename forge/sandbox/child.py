@@ -164,7 +164,7 @@ def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
     from forge.samples import Sample
 
     device = job["device"]
-    if device.startswith("cuda"):
+    if device.startswith("cuda") and torch.device(device).index is not None:
         torch.cuda.set_device(torch.device(device))
     inputs = torch.load(folder / INPUTS_FILE, weights_only=False)
     loaded = _Job(job.get("kind", "function"), language_from_ref(job["language_ref"]), device,

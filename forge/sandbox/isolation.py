@@ -77,6 +77,9 @@ _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/
               "/etc/nsswitch.conf", "/etc/localtime", "/etc/alternatives")
 # Environment variables naming toolchain files or folders the child needs to read.
 _TOOLCHAIN_ENV = ("CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH")
+# Compilers the child runs (Triton compiles its launcher stubs with $CC); a compiler outside the system roots (the
+# GPU host's /opt/gcc) is bound read-only with its install prefix, or the child's first launch fails.
+_COMPILER_ENV = ("CC", "CXX")
 _NEVER_BIND = ("/", "/proc", "/sys", "/dev", "/tmp", "/run", "/var", "/etc", "/home", "/root")
 
 
@@ -146,6 +149,12 @@ def _python_paths() -> list[str]:
         value = os.environ.get(name)
         if value:
             paths.append(value if os.path.isdir(value) else os.path.dirname(value))
+    for name in _COMPILER_ENV:  # Triton builds its launchers with $CC: its whole install prefix (bin, lib, libexec)
+        found = shutil.which(os.environ[name]) if os.environ.get(name) else None
+        if found:
+            binary = os.path.realpath(found)
+            folder = os.path.dirname(binary)
+            paths.append(os.path.dirname(folder) if os.path.basename(folder) == "bin" else folder)
     paths += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     return paths
 
