@@ -7,7 +7,9 @@ file (`tests/agent/test_honest_corpus.py`); this tool renders the requests the f
 every file through the real judge and reports the correct rate and the screen's false refusals.
 
     python3 -m benchmarks.honest_corpus render --kernelbench KernelBench/KernelBench --out requests/
-    python3 -m benchmarks.honest_corpus judge --kernelbench KernelBench/KernelBench [--device cuda] [--out report.json]
+    python3 -m benchmarks.honest_corpus judge --kernelbench KernelBench/KernelBench [--device cuda] [--out rows.jsonl]
+        [--time FILE-SUBSTRING ...] [--shard I/N]
+    python3 -m benchmarks.honest_corpus report rows.jsonl [...]
 
 `manifest.json` beside the files names, for each reply, the problem it answers: a KernelBench path
 (`level2/12_Gemm_Multiply_LeakyReLU.py`) or a built-in suite problem id (`bert_base.softmax`).
@@ -76,52 +78,56 @@ def render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(entry: dict[str, Any], kernelbench: Path | None, device: str) -> tuple[Any, list[Any], Any]:
-    """The judge's target for an entry, the samples one timed pass runs, and the reference those are timed with."""
+def _target(entry: dict[str, Any], kernelbench: Path | None, device: str) -> Any:
+    """The judge's target for an entry."""
     from forge.judging import FunctionTarget, ModuleSource, ModuleTarget
-    from forge.judging.modules import ReferenceModel
-    from forge.samples import Sample
 
     if entry["kind"] == "module":
         if kernelbench is None:
             raise SystemExit("module problems need --kernelbench (the KernelBench/ folder holding level1..level3)")
         source = ModuleSource((kernelbench / entry["problem"]).read_text(encoding="utf-8"), name=entry["problem"])
-        target = ModuleTarget(source, device)
-        model, inputs = source.instantiate(device, target.seeds[0])
-        return target, [Sample(tuple(inputs), {})], ReferenceModel(model)
+        return ModuleTarget(source, device)
+    problem = _function_problem(entry["problem"])
+    calls = problem.materialize(device, seed=0)
+    return FunctionTarget(problem.function, tuple(s for _, s in calls), tuple(c for c, _ in calls))
+
+
+def _function_problem(problem_id: str) -> Any:
     from evals.problems.suite import load_suite
 
-    problem = next(p for p in load_suite("builtin") if p.id == entry["problem"])
-    calls = problem.materialize(device, seed=0)
-    target = FunctionTarget(problem.function, tuple(s for _, s in calls), tuple(c for c, _ in calls))
-    from forge.checking import KernelUtils
-
-    return target, KernelUtils().benchmark_distribution(calls), problem.reference
+    return next(p for p in load_suite("builtin") if p.id == problem_id)
 
 
-def _in_process_speedup(entry: dict[str, Any], code: str, target: Any, samples: list[Any], reference: Any,
-                        judge: Any) -> float | None:
-    """The candidate imported here and timed as `make_plan` and `kforge eval` time it (`Judge.time`: spot checks,
-    baseline before and after, the better baseline), for comparison with the child's feedback timing."""
-    from forge.judging.modules import ModelCall
+def _in_process_speedup(entry: dict[str, Any], code: str, target: Any, judge: Any) -> float:
+    """The candidate imported here and timed as `make_plan` and `kforge eval` time it (`Judge.time`, spot checks,
+    the baseline before and after it, the faster baseline run: `Bracket`), for comparison with the child's
+    feedback timing of the same file."""
+    from forge.checking.benchmarking import Bracket
+    from forge.judging.modules import ModelCall, ReferenceModel
+    from forge.samples import Sample
     from forge.source_files import load_source_text
 
     module = load_source_text(code, name=Path(entry["file"]).stem)
     if entry["kind"] == "module":
-        fn = ModelCall(target.source.build(module.ModelNew, target.device, target.seeds[0]))
-        baseline_fn = reference.model
+        model, inputs = target.source.instantiate(target.device, target.seeds[0])
+        fn, baseline_fn, reference = (ModelCall(target.source.build(module.ModelNew, target.device, target.seeds[0])),
+                                      model, ReferenceModel(model))
+        samples = [Sample(tuple(inputs), {})]
     else:
-        fn, baseline_fn = module.kernel_function, reference
+        fn, baseline_fn = module.kernel_function, target.reference_fn
+        reference = baseline_fn
+        samples = judge.kernel_utils.benchmark_distribution(list(zip(target.counts, target.samples, strict=True)))
     first = judge.time(baseline_fn, samples)
     timed = judge.time(fn, samples, reference=reference)
-    second = judge.time(baseline_fn, samples)
-    return min(first.median_ms, second.median_ms) / timed.median_ms
+    bracket = Bracket(first, judge.time(baseline_fn, samples))
+    return bracket.baseline.median_ms / timed.median_ms
 
 
 def judge_corpus(args: argparse.Namespace) -> int:
-    """Every corpus file through the real judge (screen, sandbox child, the oracle here), then, for the correct ones,
-    timed here as the optimizer and the eval time kernels: the correct rate, the screen's false refusals, and how
-    the child's feedback speedup compares with this process's."""
+    """Every corpus file through the real judge (screen, sandbox child, the oracle here), then, for those named by
+    `--time`, timed here as the optimizer and the eval time kernels: the correct rate, the screen's false refusals,
+    and how the child's feedback speedup compares with this process's. Rows are appended to `--out` (JSON lines)
+    as they finish, so a run cut short keeps what it judged."""
     import pandas as pd
 
     from agent.languages import get_language
@@ -129,48 +135,75 @@ def judge_corpus(args: argparse.Namespace) -> int:
     from forge.sandbox import SandboxOptions
 
     kernelbench = Path(args.kernelbench) if args.kernelbench else None
-    judge = Judge(options=JudgeOptions(SandboxOptions(timeout_s=args.timeout)))
+    timed_files = args.time or []
+    judge = Judge(options=JudgeOptions(SandboxOptions(timeout_s=args.timeout), benchmark=False))
+    timing_judge = Judge(options=JudgeOptions(SandboxOptions(timeout_s=args.timeout), benchmark=True))
     triton = get_language("triton")
     rows = []
     entries = [e for e in load_manifest() if not args.only or any(o in e["file"] for o in args.only)]
     if args.shard:
         index, count = (int(part) for part in args.shard.split("/"))
         entries = entries[index::count]
+    out = Path(args.out) if args.out else None
     for index, entry in enumerate(entries, 1):
         code = (CORPUS_DIR / entry["file"]).read_text(encoding="utf-8")
         started = time.monotonic()
         row: dict[str, Any] = {"file": entry["file"], "kind": entry["kind"]}
+        timed = any(t in entry["file"] for t in timed_files)
         try:
-            target, samples, reference = _target(entry, kernelbench, args.device)
-            verdict = judge.judge_source(code, target, triton)
+            target = _target(entry, kernelbench, args.device)
+            verdict = (timing_judge if timed else judge).judge_source(code, target, triton)
             row.update(status=verdict.status.value, limit=verdict.limit.value if verdict.limit else None,
-                       child_speedup=verdict.speedup, message=verdict.message[:200],
-                       screened_out=verdict.details.get("phase") == "screening")
-            if verdict.ok and args.time_here:
-                row["here_speedup"] = _in_process_speedup(entry, code, target, samples, reference, judge)
+                       child_speedup=verdict.speedup, message=verdict.message[:400],
+                       errors=[str(e)[:400] for e in (verdict.details.get("errors") or [])[:2]],
+                       stderr=verdict.stderr[-600:] if not verdict.ok else "",
+                       screened_out=verdict.details.get("phase") == "screening",
+                       oracle_scaled=verdict.details.get("oracle_scaled"))
+            del target
+            if verdict.ok and timed:
+                row["here_speedup"] = _in_process_speedup(entry, code, _target(entry, kernelbench, args.device),
+                                                          judge)
         except Exception as exc:  # noqa: BLE001 - one broken entry is a row, the sweep goes on
-            row.update(status="tool_error", message=f"{type(exc).__name__}: {exc}"[:200])
+            row.update(status="tool_error", message=f"{type(exc).__name__}: {exc}"[:400])
         row["seconds"] = round(time.monotonic() - started, 1)
         rows.append(row)
-        print(f"[{index}/{len(entries)}] {entry['file']}: {row['status']} ({row['seconds']} s)", flush=True)
+        if out is not None:
+            with open(out, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, default=str) + "\n")
+        print(f"[{index}/{len(entries)}] {entry['file']}: {row['status']} ({row['seconds']} s) "
+              f"{'' if row['status'] == 'ok' else row.get('message', '')[:300]}", flush=True)
         if args.device.startswith("cuda"):
             import torch
 
             torch.cuda.empty_cache()
     judge.close()
-    frame = pd.DataFrame(rows)
-    refused = int(frame.get("screened_out", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
+    timing_judge.close()
+    print(summarize(pd.DataFrame(rows)))
+    return 0
+
+
+def summarize(frame: Any) -> str:
+    """The table and the summary (correct rate, false refusals, child vs here speedup) of judged rows."""
+    refused = int(frame.get("screened_out", False).fillna(False).astype(bool).sum()) if "screened_out" in frame \
+        else 0
     correct = int((frame["status"] == "ok").sum())
-    summary = {"files": len(frame), "screen_false_refusals": refused, "false_refusal_rate": refused / len(frame),
-               "correct": correct, "correct_rate": correct / len(frame),
-               "statuses": frame["status"].value_counts().to_dict()}
+    summary: dict[str, Any] = {"files": len(frame), "screen_false_refusals": refused,
+                               "false_refusal_rate": refused / max(1, len(frame)), "correct": correct,
+                               "correct_rate": correct / max(1, len(frame)),
+                               "statuses": frame["status"].value_counts().to_dict()}
     if "here_speedup" in frame:
         both = frame.dropna(subset=["child_speedup", "here_speedup"])
-        summary["speedup_ratio_child_over_here"] = (both["child_speedup"] / both["here_speedup"]).describe().to_dict()
-    print(frame.to_string(index=False, max_colwidth=80))
-    print(json.dumps(summary, indent=1, default=str))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, default=str))
+        summary["child_over_here"] = (both["child_speedup"] / both["here_speedup"]).round(3).tolist()
+    columns = [c for c in ("file", "status", "limit", "child_speedup", "here_speedup", "seconds") if c in frame]
+    return frame[columns].to_string(index=False) + "\n" + json.dumps(summary, indent=1, default=str)
+
+
+def report(args: argparse.Namespace) -> int:
+    """The summary of one or more `judge --out` files (JSON lines)."""
+    import pandas as pd
+
+    rows = [json.loads(line) for path in args.files for line in Path(path).read_text().splitlines() if line.strip()]
+    print(summarize(pd.DataFrame(rows)))
     return 0
 
 
@@ -185,12 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--kernelbench", help="the KernelBench/ folder holding level1..level3")
     j.add_argument("--device", default="cuda")
     j.add_argument("--timeout", type=float, default=300.0, help="sandbox time per file (the candidate's), seconds")
-    j.add_argument("--time-here", action="store_true", help="also time correct files in this process")
+    j.add_argument("--time", nargs="*", help="substrings of the files also timed in the child and in this process")
     j.add_argument("--only", nargs="*", help="substrings of the files to judge")
     j.add_argument("--shard", help="I/N: judge every N-th file from the I-th (parallel processes)")
-    j.add_argument("--out", help="write the rows and the summary as JSON")
+    j.add_argument("--out", help="append each judged row to this file (JSON lines)")
+    s = sub.add_parser("report", help="summarise judge --out files")
+    s.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
-    return {"render": render, "judge": judge_corpus}[args.command](args)
+    return {"render": render, "judge": judge_corpus, "report": report}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -73,14 +73,19 @@ def triton_language_constant(qualname: str) -> bool:
     any other enum of the installed Triton), reached through an allowed `triton.language` name: a constant, in
     device and host code alike. Why it opens nothing: the member is an instance of the enum, not a function, module
     or class; only the names in the enum's `__members__` qualify (not its methods, `mro`, `_missing_`, dunders), and
-    an attribute read past the member (`.value`, `.name`) is still judged as a value's attribute."""
+    an attribute read past the member (`.value`, `.name`) is still judged as a value's attribute. Triton before 3.7
+    exposes some of these as pybind11 enums of its C++ IR (`triton._C.libtriton.ir.PROPAGATE_NAN`), which are not
+    `enum.Enum`s but have the same `__members__` mapping to instances of the class: both count."""
     if not qualname.startswith("triton.language."):
         return False
     owner, _, member = qualname.rpartition(".")
     if triton_reference_problem(owner) is not None:
         return False
     cls = policy.lookup(owner)
-    return isinstance(cls, enum.EnumMeta) and member in cls.__members__
+    if isinstance(cls, enum.EnumMeta):
+        return member in cls.__members__
+    members = getattr(cls, "__members__", None) if isinstance(cls, type) else None
+    return isinstance(members, dict) and member in members and isinstance(members[member], cls)
 
 
 # Compiler internals of Triton's dtypes that kernels have no use for.
