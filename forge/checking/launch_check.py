@@ -90,7 +90,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # ATen ops (overload packet names) that compute nothing from the inputs: allocation, input-independent constants,
-# views and metadata.
+# views and metadata (dtype arithmetic too: `torch.promote_types` dispatches as an ATen op with no tensor argument;
+# an honest rms_norm that picked its output dtype with it was refused on the H200, BENCHMARKS.md).
 FREE_OPS: frozenset[str] = frozenset(
     """empty empty_like empty_strided empty_permuted new_empty new_empty_strided
     zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full scalar_tensor arange
@@ -101,7 +102,8 @@ FREE_OPS: frozenset[str] = frozenset(
     diagonal unfold view_as_real view_as_complex real imag _conj _neg_view resolve_conj resolve_neg
     sym_size sym_stride sym_numel sym_storage_offset size stride numel dim is_contiguous
     is_non_overlapping_and_dense is_same_size is_complex is_floating_point is_signed requires_grad_ layout device
-    contiguous""".split()
+    contiguous
+    promote_types can_cast result_type""".split()
 )
 # Copies and conversions: reported, not refused (see the module docstring).
 COPY_OPS: frozenset[str] = frozenset(

@@ -204,10 +204,15 @@ def limit_of(exc: BaseException) -> Any:
         if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
             return HarnessLimit.OPEN_FILES
         if is_memory_exhaustion(current):
-            cuda = type(current).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(current)
-            return HarnessLimit.DEVICE_MEMORY if cuda else HarnessLimit.MEMORY
+            return HarnessLimit.DEVICE_MEMORY if is_device_memory(current) else HarnessLimit.MEMORY
         current = current.__cause__ or current.__context__
     return None
+
+
+def is_device_memory(exc: BaseException) -> bool:
+    """Whether a memory exhaustion is the GPU's (torch's `OutOfMemoryError`, Triton's "Triton Error [CUDA]: out of
+    memory") rather than the host's."""
+    return type(exc).__name__ == "OutOfMemoryError" or "cuda" in str(exc).lower()
 
 
 def _limit_reply(limit: Any, exc: BaseException, phase: str) -> dict[str, Any]:

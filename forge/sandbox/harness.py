@@ -230,7 +230,13 @@ class SandboxCandidate:
             self._limit_or_lose(reply)
         try:
             return self._result(reply, fds, leaves)
-        except (wire.WireError, OSError, RuntimeError, ValueError, TypeError, KeyError, IndexError) as exc:
+        except (wire.WireError, OSError, RuntimeError, ValueError, TypeError, KeyError, IndexError, MemoryError) as exc:
+            if is_memory_exhaustion(exc):  # this process could not hold the outputs: the harness's limit
+                from forge.sandbox.child import is_device_memory
+
+                self.limit = (HarnessLimit.DEVICE_MEMORY if is_device_memory(exc) else HarnessLimit.MEMORY,
+                              f"the harness could not hold the outputs the child sent: {_short(exc)}")
+                raise SandboxLimitReached(*self.limit) from exc
             self._lose(f"the child sent a malformed reply: {type(exc).__name__}: {_short(exc)}")
         finally:
             wire._close_all(fds)

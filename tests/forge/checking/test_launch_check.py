@@ -35,6 +35,7 @@ aten = torch.ops.aten
     (aten.view.default, OpKind.FREE), (aten.as_strided.default, OpKind.FREE), (aten.permute.default, OpKind.FREE),
     (aten.slice.Tensor, OpKind.FREE), (aten.select.int, OpKind.FREE), (aten.expand.default, OpKind.FREE),
     (aten.detach.default, OpKind.FREE), (aten.lift_fresh.default, OpKind.FREE),
+    (aten.promote_types.default, OpKind.FREE), (aten.can_cast.default, OpKind.FREE),
     (aten.clone.default, OpKind.COPY), (aten.copy_.default, OpKind.COPY), (aten._to_copy.default, OpKind.COPY),
     (aten.fill_.Tensor, OpKind.COPY),
     (aten._local_scalar_dense.default, OpKind.HOST_READ),

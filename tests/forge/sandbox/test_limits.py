@@ -96,3 +96,31 @@ def test_time_the_harness_spends_does_not_count_against_the_candidate() -> None:
     result = run(relu_with(), kernel_utils=utils, timeout_s=25, isolation="none", allow_unsafe=True)
     assert result.status == Outcome.OK, (result.message, result.details)
     assert result.wall_s > 25 > result.details["child_s"]
+
+
+def test_the_parent_running_out_of_memory_for_the_outputs_is_a_harness_error(monkeypatch) -> None:
+    """On a shared GPU the harness itself may not have room for what the child sends (seen on the H200 with two
+    judges at KernelBench's shipped sizes): that is the harness's limit, not a malformed reply of the child."""
+    from forge.sandbox import harness, wire
+
+    real = wire.read_storage
+
+    def tight(fd, nbytes, device, into=None):
+        if nbytes >= 512:  # the outputs, not the 0-byte bookkeeping
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB (test)")
+        return real(fd, nbytes, device, into)
+
+    monkeypatch.setattr(harness.wire, "read_storage", tight)
+    result = run(relu_with())
+    assert result.status == Outcome.HARNESS_ERROR, (result.status, result.message)
+    assert result.limit is HarnessLimit.DEVICE_MEMORY and "could not hold the outputs" in result.message
+
+
+def test_triton_reporting_cuda_out_of_memory_is_the_device_memory_limit() -> None:
+    from forge.sandbox.child import limit_of
+
+    assert limit_of(RuntimeError("Triton Error [CUDA]: out of memory")) is HarnessLimit.DEVICE_MEMORY
+    assert limit_of(MemoryError()) is HarnessLimit.MEMORY
+    assert limit_of(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 GB")) \
+        is HarnessLimit.MEMORY
+    assert limit_of(ValueError("a bad shape")) is None
