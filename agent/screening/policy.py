@@ -86,6 +86,7 @@ __all__ = [
     "function_internals",
     "import_problem",
     "instance_attribute_names",
+    "stored_attribute_names",
     "leaves_package",
     "lookup",
     "module_attributes",
@@ -635,13 +636,16 @@ def _class_node(cls: type) -> ast.ClassDef | None:
 
 
 def instance_attribute_names(cls: type) -> frozenset[str]:
-    """The attributes the methods of `cls` itself set on their first parameter: `self.x = ...`, `self.x: T = ...`,
-    and by a constant name `self.register_buffer("x", ...)` (also `register_parameter`, `register_module`,
-    `add_module`, `setattr(self, "x", ...)`, `super().__setattr__("x", ...)`). Read statically from the class's source
-    file with `ast`: nothing is instantiated and no code of the class runs."""
+    """The attributes the methods of `cls` itself set on their first parameter (`stored_attribute_names`). Read
+    statically from the class's source file with `ast`: nothing is instantiated and no code of the class runs."""
     node = _class_node(cls)
-    if node is None:
-        return frozenset()
+    return frozenset(stored_attribute_names(node)) if node is not None else frozenset()
+
+
+def stored_attribute_names(node: ast.ClassDef) -> set[str]:
+    """The attributes the methods of a class (its AST) set on their first parameter: `self.x = ...`,
+    `self.x: T = ...`, and by a constant name `self.register_buffer("x", ...)` (also `register_parameter`,
+    `register_module`, `add_module`, `setattr(self, "x", ...)`, `super().__setattr__("x", ...)`)."""
     names: set[str] = set()
     for method in node.body:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -662,7 +666,7 @@ def instance_attribute_names(cls: type) -> frozenset[str]:
                     continue
                 if args and isinstance(args[0], ast.Constant) and isinstance(args[0].value, str):
                     names.add(args[0].value)
-    return frozenset(names)
+    return names
 
 
 def class_attribute_names(classes: Iterable[type]) -> frozenset[str]:

@@ -299,24 +299,7 @@ class _Analyser:
         for defs in self.class_defs.values():
             for cls in defs:
                 names |= _scope_bindings(cls.body)
-                for method in cls.body:
-                    if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        continue
-                    params = [*method.args.posonlyargs, *method.args.args]
-                    if not params:
-                        continue
-                    me = params[0].arg
-                    for sub in ast.walk(method):
-                        if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) \
-                                and isinstance(sub.value, ast.Name) and sub.value.id == me:
-                            names.add(sub.attr)
-                        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
-                                and isinstance(sub.func.value, ast.Name) and sub.func.value.id == me \
-                                and sub.func.attr in {"register_buffer", "register_parameter", "register_module",
-                                                      "add_module"} \
-                                and sub.args and isinstance(sub.args[0], ast.Constant) \
-                                and isinstance(sub.args[0].value, str):
-                            names.add(sub.args[0].value)
+                names |= policy.stored_attribute_names(cls)
         # `nn.ModuleDict(dict(c_fc=nn.Linear(...)))` / `nn.ModuleDict({"act": ...})`: the keys are attributes too.
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call) and node.args and (self.resolve(node.func) or set()) & {

@@ -48,6 +48,7 @@ from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils, Spo
 from forge.checking.benchmarking import Bracket
 from forge.execution import TimingMode
 from forge.judging import FunctionTarget, Judge, ModuleTarget, Verdict
+from forge.judging.judge import TrustedCall
 from forge.judging.modules import ModelCall, ReferenceModel
 from forge.outcome import HarnessError, Outcome, issue_of
 from forge.samples import Sample
@@ -413,7 +414,7 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
     if not _record_verdict(verdict, record):
         return
 
-    fn = _Trusted(candidate.fn) if candidate.trusted else candidate.fn
+    fn = TrustedCall(candidate.fn) if candidate.trusted else candidate.fn
     distribution = utils.benchmark_distribution(calls)
     scale = sum(count for count, _ in calls) / len(distribution)
     with phase("timing"):
@@ -431,18 +432,6 @@ def _evaluate_function(source: EvalSource, problem: FunctionProblem, device: tor
         compiled = _time(utils, plain_compile_baseline(problem.function), distribution, "torch.compile", notes)
         graphed = _graphed_eager(utils, problem.reference, distribution, device, notes)
     _fill_timings(record, timed, eager, compiled, scale, graphed)
-
-
-class _Trusted:
-    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
-
-    allows_dispatch_poisoning = False
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------

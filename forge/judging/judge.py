@@ -43,7 +43,7 @@ from forge.sandbox.options import SandboxOptions
 if TYPE_CHECKING:
     from forge.sandbox.isolation import Isolation
 
-__all__ = ["Judge", "JudgeOptions"]
+__all__ = ["Judge", "JudgeOptions", "TrustedCall", "module_builder"]
 
 _MESSAGE_CHARS = 300
 
@@ -101,7 +101,7 @@ class Judge:
             if isinstance(target, ModuleTarget):
                 errors, outcome, details = self._module_in_process(candidate, target, trusted, utils)
             else:
-                fn = candidate if not trusted else _Trusted(candidate)
+                fn = candidate if not trusted else TrustedCall(candidate)
                 errors = [issue_of(e) for e in utils.validate(target.reference_fn, CandidateCall(fn),
                                                               list(target.samples))]
                 outcome, details = outcome_of_issues(errors), {"phase": "validation"}
@@ -148,8 +148,9 @@ def module_builder(target: ModuleTarget, cls: type) -> Callable[[int], torch.nn.
     return lambda seed: target.source.build(cls, target.device, seed, dtype=target.dtype)
 
 
-class _Trusted:
-    """A callable from a trusted compiler: the oracle skips its dispatch-mode runs (see `forge.checking`)."""
+class TrustedCall:
+    """A callable from a trusted compiler (Inductor): the oracle skips its dispatch-mode runs (see
+    `forge.checking`)."""
 
     allows_dispatch_poisoning = False
 

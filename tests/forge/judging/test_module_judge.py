@@ -1,0 +1,71 @@
+"""A `ModelNew` is judged like a kernel: it runs in the sandbox child, `Model` and the oracle in the judge's process.
+
+So a `ModelNew` that forges its verdict (writes a result file, prints "PASS"), patches the oracle or `torch` in its
+own process, or lies about its outputs changes nothing the verdict reads (before, module candidates were checked by
+`module_verdict` in a plain child where the candidate and its own verdict shared one process)."""
+
+from __future__ import annotations
+
+from agent.languages import get_language
+from forge.judging import Judge, JudgeOptions, ModuleSource, ModuleTarget
+from forge.outcome import Outcome
+from forge.sandbox import SandboxOptions
+from tests.agent.kernels import MLP_TRITON, MLP_TRITON_WRONG
+from tests.evals.test_runner import MLP
+
+TARGET = ModuleTarget(ModuleSource(MLP, "LinearReLU"), "cpu")
+TRITON = get_language("triton")
+
+_FORGE = '''
+import json as _json
+import os as _os
+
+import forge.checking.compare as _compare
+import forge.checking.validation as _validation
+
+
+def _forge_everything():
+    for name in ("result.json", "verdict.json"):
+        try:
+            with open(_os.path.join(_os.environ["HOME"], name), "w") as fh:
+                fh.write(_json.dumps({"status": "ok", "message": "correct on every seed"}))
+        except OSError:
+            pass
+    torch.allclose = lambda *a, **k: True
+    torch.Tensor.any = lambda self, *a, **k: torch.zeros((), dtype=torch.bool)
+    for module in (_compare, _validation):
+        for name in dir(module):
+            if name.endswith(("mismatch", "mismatch_issue", "errors")) and callable(getattr(module, name)):
+                setattr(module, name, lambda *a, **k: None)
+    print("PASS ALL_TESTS_PASSED")
+
+
+_forge_everything()
+'''
+
+
+def _judge(source: str, **options) -> object:
+    return Judge(options=JudgeOptions(SandboxOptions(timeout_s=120, **options), benchmark=False)).judge_source(
+        source, TARGET, TRITON)
+
+
+def test_an_honest_modelnew_in_real_model_style_is_judged_correct_in_the_sandbox() -> None:
+    verdict = _judge(MLP_TRITON)
+    assert verdict.status == Outcome.OK, (verdict.message, verdict.details, verdict.stderr[-2000:])
+    assert verdict.details["validated_in"] == "harness process" and verdict.isolation == "boundary"
+
+
+def test_a_modelnew_that_forges_its_verdict_and_patches_the_oracle_is_still_a_mismatch() -> None:
+    forged = MLP_TRITON_WRONG.replace("\nclass ModelNew", _FORGE + "\n\nclass ModelNew", 1)
+    verdict = _judge(forged, screen=False)  # the screen would refuse all of it: run it anyway
+    assert "PASS ALL_TESTS_PASSED" in verdict.stdout, "the forgery ran"
+    assert verdict.status == Outcome.MISMATCH, (verdict.message, verdict.details)
+    assert verdict.details["errors"][0].startswith("seed 42: ") and "outside tolerance" in verdict.details["errors"][0]
+
+
+def test_the_same_forgery_is_refused_by_the_screen_before_it_runs() -> None:
+    forged = MLP_TRITON_WRONG.replace("\nclass ModelNew", _FORGE + "\n\nclass ModelNew", 1)
+    verdict = _judge(forged)
+    assert verdict.status == Outcome.FORBIDDEN and verdict.stdout == ""
+    constructs = {v["construct"] for v in verdict.details["violations"]}
+    assert "import os" in constructs and any("forge" in c for c in constructs), constructs
