@@ -1,7 +1,7 @@
 """The judge: one component that judges every candidate, function kernel or module (`Judge`), what it judges against
 (`FunctionTarget`, `ModuleTarget`) and what it says (`Verdict`, with a `forge.outcome.Outcome` status)."""
 
-from forge.judging.judge import Judge, JudgeOptions, module_builder
+from forge.judging.judge import Judge, JudgeOptions, TrustedCall
 from forge.judging.language import CandidateCode, CandidateLanguage, language_from_ref, language_ref
 from forge.judging.modules import ModuleSource
 from forge.judging.targets import MODULE_SEEDS, FunctionTarget, ModuleTarget, Target
@@ -19,7 +19,7 @@ __all__ = [
     "ModuleTarget",
     "Target",
     "Verdict",
+    "TrustedCall",
     "language_from_ref",
     "language_ref",
-    "module_builder",
 ]

@@ -30,8 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from forge.checking.kernel_utils import KernelUtils
 from forge.judging.modules import ModelCall, check_module
 from forge.judging.targets import FunctionTarget, ModuleTarget
@@ -43,7 +41,7 @@ from forge.sandbox.options import SandboxOptions
 if TYPE_CHECKING:
     from forge.sandbox.isolation import Isolation
 
-__all__ = ["Judge", "JudgeOptions", "TrustedCall", "module_builder"]
+__all__ = ["Judge", "JudgeOptions", "TrustedCall"]
 
 _MESSAGE_CHARS = 300
 
@@ -91,10 +89,10 @@ class Judge:
     def judge_callable(self, candidate: Callable[..., Any], target: FunctionTarget | ModuleTarget, *,
                        trusted: bool = False, kernel_utils: KernelUtils | None = None) -> Verdict:
         """The oracle on a candidate that runs in this process: for a function target `candidate(*args, **kwargs)`;
-        for a module target `candidate(seed)` builds the module (a `ModelNew` class bound to the problem, see
-        `module_builder`). `trusted`: code from a trusted compiler (Inductor), so the dispatch-mode runs are skipped.
-        Exceptions the candidate raises are its verdict; `harness_error` when the harness failed. `kernel_utils`
-        replaces the judge's oracle settings for this judgement."""
+        for a module target `candidate(seed)` builds the module under that seed (e.g. `lambda seed:
+        target.source.build(ModelNew, target.device, seed)`). `trusted`: code from a trusted compiler (Inductor),
+        so the dispatch-mode runs are skipped. Exceptions the candidate raises are its verdict; `harness_error` when
+        the harness failed. `kernel_utils` replaces the judge's oracle settings for this judgement."""
         started = time.monotonic()
         utils = kernel_utils or self.kernel_utils
         try:
@@ -141,11 +139,6 @@ class Judge:
 
     def close(self) -> None:
         self.pool.close()
-
-
-def module_builder(target: ModuleTarget, cls: type) -> Callable[[int], torch.nn.Module]:
-    """`seed -> cls(*get_init_inputs())` built as the judge builds `Model` (for `judge_callable` on a module)."""
-    return lambda seed: target.source.build(cls, target.device, seed, dtype=target.dtype)
 
 
 class TrustedCall:

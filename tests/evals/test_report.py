@@ -22,10 +22,10 @@ def records() -> pd.DataFrame:
              harness_s=4.25, roofline_floor_ms=0.008),
         dict(problem_id="llama.silu", suite="builtin", compiled=True, correct=True, attempts=1, latency_ms=0.04,
              eager_ms=0.035, compile_ms=0.04, speedup_eager=0.875, speedup_compile=1.0, cost_usd=0.02),
-        dict(problem_id="bert.softmax", suite="builtin", compiled=True, correct=False, attempts=3,
-             failure_reason="mismatch | max abs diff 0.5\nat [0, 3]", cost_usd=0.05),
+        dict(problem_id="bert.softmax", suite="builtin", compiled=True, correct=False, attempts=3, failure="mismatch",
+             failure_reason="incorrect: output | max abs diff 0.5\nat [0, 3]", cost_usd=0.05),
         dict(problem_id="level1/19_ReLU", suite="kernelbench-level1", compiled=False, correct=False, attempts=3,
-             failure_reason="compile error: " + "x" * 300, cost_usd=0.03),
+             failure="compile_error", failure_reason="compile error: " + "x" * 300, cost_usd=0.03),
     ])
 
 
@@ -60,11 +60,11 @@ def test_write_report_writes_json_markdown_and_pngs(tmp_path):
     assert "harness time (total / slowest problem) | 4.2 s / 4.2 s" in text
     assert "1200/300" in rows["llama.rms_norm"] and "$0.0120" in rows["llama.rms_norm"]
     assert "100.0%" not in rows["llama.rms_norm"] and "80.0%" in rows["llama.rms_norm"]  # roofline 0.008/0.01
-    assert "incorrect" in rows["bert.softmax"] and "mismatch \\| max abs diff 0.5 at [0, 3]" in rows["bert.softmax"]
+    assert "incorrect: output \\| max abs diff 0.5 at [0, 3]" in rows["bert.softmax"]
     assert "failed" in rows["level1/19_ReLU"] and rows["level1/19_ReLU"].count("x" * 100) == 1
     assert "..." in rows["level1/19_ReLU"]
     assert "missing: 1" in text  # the fifth problem never reported
-    assert "compile error: 1" in text  # failures are counted by category (the text before ':')
+    assert "compile_error: 1" in text  # failures are counted by their typed `failure`, never by their text
     for file in PLOT_FILES.values():
         assert f"]({file})" in text
 
