@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from forge.errors import UsageError
+from forge.judging import Judge
 from forge.samples import Sample, map_values
 from forge.verify import DEFAULT_VERIFY_TIMEOUT_S
 
@@ -341,6 +342,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     print(f"kforge: optimizing {label} ({params / 1e6:.1f}M parameters) on {device}, {len(data)} input sample(s)")
 
     providers = [] if args.no_static else default_providers(device)
+    # One judge for the run: the generator's (its sandbox concurrency and limits), so the optimizer's re-judging of a
+    # generated kernel queues for the same sandbox slots as the generator's candidates.
+    shared = next((g.judge for g in generators if isinstance(getattr(g, "judge", None), Judge)), None)
     optimizer = KernelOptimizer(
         kernel_providers=providers,
         kernel_generators=generators,
@@ -349,6 +353,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         generator_min_time_share_percent=args.generator_threshold,
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
+        judge=shared,
     )
     compile_options = {"mode": args.compile_mode} if args.compile_mode != "default" else {}
     plan = optimizer.make_plan(model, data, execution=args.execution, compile_options=compile_options)

@@ -14,8 +14,8 @@ Flow of `make_plan` (the reference design's, with its weak points fixed):
 time, `cuda_graphs` and `compile` on device time (a CUDA-graph replay: launch cost vanishes there), and the
 end-to-end check runs the model that way. The plan records the mode.
 Every candidate, static or generated, is judged by the same `forge.judging.Judge` (a provider that carries code,
-such as a generated kernel, in its sandbox; static providers in process), then timed by `KernelUtils.benchmark`
-here, where the plan will run it. `judge=` shares a judge (e.g. the generator's) instead of making one.
+such as a generated kernel, in its sandbox and then, passed there, here where the plan will run it: `judge_code`;
+static providers in process), then timed by `KernelUtils.benchmark` here. `judge=` shares a judge (e.g. the generator's) instead of making one.
 Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.2x PyTorch in its sandbox measured
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
 A failing provider or generator is reported and skipped; it never breaks the plan. Report statuses are
@@ -482,9 +482,8 @@ class KernelOptimizer:
         try:
             with candidate_code():  # a generated provider's attributes run its code
                 code = provider.candidate_code()
-            if code is not None:
-                verdict = self.judge.judge_source(code.source, target, code.language, benchmark=False,
-                                                  kernel_utils=self.kernel_utils)
+            if code is not None:  # in the sandbox, then (passed there) here, where the plan will run it
+                verdict = self.judge.judge_code(code, target, CandidateCall(provider), kernel_utils=self.kernel_utils)
             else:
                 verdict = self.judge.judge_callable(provider, target, kernel_utils=self.kernel_utils)
         except Exception as exc:  # the judge contains the candidate: what escapes is the harness's failure

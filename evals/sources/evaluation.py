@@ -385,9 +385,10 @@ def _roofline(problem: FunctionProblem, calls: list[tuple[int, Sample]], record:
 
 
 def _judge(judge: Judge, candidate: Candidate, target: FunctionTarget | ModuleTarget, callable_: Any) -> Verdict:
-    """The judge's verdict: code from a model in the sandbox, anything else in process."""
+    """The judge's verdict: code from a model in the sandbox and then here, where it is timed (`Judge.judge_code`);
+    anything else in process."""
     if candidate.code is not None:
-        return judge.judge_source(candidate.code.source, target, candidate.code.language, benchmark=False)
+        return judge.judge_code(candidate.code, target, callable_)
     return judge.judge_callable(callable_, target, trusted=candidate.trusted)
 
 

@@ -12,6 +12,8 @@ object, and a new check is added in one place:
   the run-time launch check, a module target's seed and size rules (`forge.judging.modules.check_module`). The
   child also times the candidate against the reference, for the model's feedback only (a kernel controls its own
   process and clocks).
+- `judge_code(code, target, serving)`: code from a model that will then run here (a plan's provider, an eval's
+  timed candidate): `judge_source` first, then, passed there, `judge_callable` on the same code imported here.
 - `judge_callable(fn, target)`: code this process already trusts (a static provider, a kernel library, an eval's
   eager or compiled baseline, a generated kernel being re-checked where it will serve): the same oracle, in
   process.
@@ -24,6 +26,7 @@ Every answer is a `forge.judging.verdict.Verdict` whose `status` is a `forge.out
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -84,6 +87,22 @@ class Judge:
         return self.pool.run(source, target, language, kernel_utils=kernel_utils or self.kernel_utils,
                              benchmark=self.options.benchmark if benchmark is None else benchmark,
                              cancel_event=cancel_event)
+
+    def judge_code(self, code: Any, target: FunctionTarget | ModuleTarget, serving: Callable[..., Any], *,
+                   kernel_utils: KernelUtils | None = None) -> Verdict:
+        """A candidate that carries code (`CandidateCode`) and will then run in this process as `serving` (the same
+        code, imported here: a plan's provider, an eval's timed candidate): the sandbox verdict first, so nothing runs
+        here unless it passed there, then the same oracle again here, where it will serve and be timed. A kernel
+        that behaves differently in a process that has called it fewer times (counting its calls, keying on
+        addresses) meets the oracle's randomised calls in both processes."""
+        verdict = self.judge_source(code.source, target, code.language, benchmark=False, kernel_utils=kernel_utils)
+        if not verdict.ok:
+            return verdict
+        here = self.judge_callable(serving, target, kernel_utils=kernel_utils)
+        if here.ok:
+            return verdict
+        return dataclasses.replace(here, details={**here.details, "judged": "in the sandbox, then in this process"},
+                                   isolation=verdict.isolation)
 
     # -- code this process trusts -----------------------------------------------------------------------
     def judge_callable(self, candidate: Callable[..., Any], target: FunctionTarget | ModuleTarget, *,

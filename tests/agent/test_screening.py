@@ -442,7 +442,11 @@ def test_language_registry(tmp_path) -> None:
         register_language("triton")  # type: ignore[arg-type]
 
 
-def test_screen_source_dispatches_to_a_registered_language() -> None:
+def test_screen_source_dispatches_to_a_registered_language(monkeypatch) -> None:
+    from agent import languages
+
+    monkeypatch.setattr(languages, "_LANGUAGES", dict(languages._LANGUAGES))  # the registration ends with the test
+
     class Strict(KernelLanguage):
         name = "strict-test"
 

@@ -83,7 +83,7 @@ def test_expectation_is_sealed_away_from_live_tensors(monkeypatch):
 
 def test_expectation_records_in_place_mutation_and_aliasing():
     expectation = build_expectation(
-        F.relu, Sample((torch.randn(4),), {"inplace": True}), resolve_tolerances(None), 4.0
+        F.relu, Sample((torch.tensor([-1.0, 2.0, -3.0, 4.0]),), {"inplace": True}), resolve_tolerances(None), 4.0
     )
     assert expectation.mutated_inputs == ["args[0]"]
     assert expectation.aliases == {"output": "args[0]"}
