@@ -15,7 +15,8 @@ time, `cuda_graphs` and `compile` on device time (a CUDA-graph replay: launch co
 end-to-end check runs the model that way. The plan records the mode.
 Every candidate, static or generated, is judged by the same `forge.judging.Judge` (a provider that carries code,
 such as a generated kernel, in its sandbox and then, passed there, here where the plan will run it: `judge_code`;
-static providers in process), then timed by `KernelUtils.benchmark` here. `judge=` shares a judge (e.g. the generator's) instead of making one.
+static providers in process), then timed by `KernelUtils.benchmark` here. `judge=` shares a judge (e.g. the
+generator's) instead of making one.
 Timing waits for step 6 on purpose: on the H200, a generated softmax timed at 3.2x PyTorch in its sandbox measured
 only 1.05x when timed in the optimizer while other sandbox children were validating on the same GPU.
 A failing provider or generator is reported and skipped; it never breaks the plan. Report statuses are

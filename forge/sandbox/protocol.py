@@ -1,7 +1,8 @@
 """File layout of a sandbox run folder, shared by the parent (`runner`) and the child (`child`).
 
-Every file here is written by the parent before the child starts, or is the child's output (stdout, stderr) read
-only as feedback text. There is no result file: the verdict is computed in the parent (`forge.sandbox.harness`).
+Every file here is written by the parent: before the child starts (the child sees the folder read-only inside the
+boundary), or, for a kept folder, the tails of the child's output (stdout, stderr) after it ended. There is no result
+file: the verdict is computed in the parent (`forge.sandbox.harness`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ from typing import Any
 
 from forge import atomic
 
-__all__ = ["CANDIDATE_STEM", "HOME_DIR", "INPUTS_FILE", "JOB_FILE", "MODULE_NAME", "STDERR_FILE",
-           "STDOUT_FILE", "TMP_DIR", "read_json", "write_json_atomic"]
+__all__ = ["CANDIDATE_STEM", "INPUTS_FILE", "JOB_FILE", "MODULE_NAME", "STDERR_FILE", "STDOUT_FILE", "read_json",
+           "write_json_atomic"]
 
 CANDIDATE_STEM = "kernel"          # + the language's file suffix
 MODULE_NAME = "kforge_candidate"   # module name the candidate is imported under
 JOB_FILE = "job.json"              # settings for the child (JSON)
 INPUTS_FILE = "inputs.pt"          # samples and KernelUtils (torch.save)
-STDOUT_FILE = "stdout.txt"
+STDOUT_FILE = "stdout.txt"  # the tails of the child's output, written when the run folder is kept
 STDERR_FILE = "stderr.txt"
-HOME_DIR = "home"
-TMP_DIR = "tmp"
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
