@@ -275,8 +275,14 @@ def watch_interrupts() -> Iterator[None]:
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # SIG_IGN / SIG_DFL: a SIGINT never becomes a KeyboardInterrupt here
-        yield
+    if not callable(previous):  # SIG_IGN / SIG_DFL: a SIGINT never becomes a KeyboardInterrupt here, so every
+        with _watch_lock:       # KeyboardInterrupt is code's (pytest-xdist's workers ignore SIGINT, for one)
+            _watchers += 1
+        try:
+            yield
+        finally:
+            with _watch_lock:
+                _watchers -= 1
         return
 
     def counting(signum: int, frame: Any) -> Any:

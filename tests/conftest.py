@@ -1,4 +1,5 @@
-"""Test-wide setup: Triton kernels run on CPU tensors through the interpreter when there is no GPU; a signing key.
+"""Test-wide setup: Triton kernels run on CPU tensors through the interpreter when there is no GPU; Python's own
+SIGINT handler; a signing key.
 
 Plans and kernel-cache entries carrying generated code must be signed (`forge.signing`): every test gets a test key
 in `$KFORGE_SIGNING_KEY` (child processes inherit it) and a key-file path inside its temporary folder, so no test
@@ -6,12 +7,16 @@ reads or creates the user's `~/.config/kforge/signing.key`. Tests of the unsigne
 """
 
 import os
+import signal
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Ctrl-C as in a plain interpreter: pytest-xdist's workers start with SIGINT ignored, and the tests of contained
+# interrupts (`forge.outcome.watch_interrupts`) send real SIGINTs.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEST_SIGNING_KEY = "kforge-test-signing-key"
 

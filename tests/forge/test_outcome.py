@@ -78,6 +78,15 @@ def test_candidate_base_exceptions_become_candidate_abort(error) -> None:
     assert CandidateCall(_Kernel(None))(3) == 3
 
 
+def test_where_sigint_is_ignored_every_keyboard_interrupt_is_the_candidates(monkeypatch) -> None:
+    """With SIGINT ignored (or left to its default action) no Ctrl-C can become a KeyboardInterrupt, so one raised
+    inside a watched block is code's and is contained (pytest-xdist's workers run so)."""
+    for handler in (signal.SIG_IGN, signal.SIG_DFL):
+        monkeypatch.setattr(signal, "getsignal", lambda signum, handler=handler: handler)
+        with watch_interrupts(), pytest.raises(CandidateAbort, match="KeyboardInterrupt"):
+            CandidateCall(_Kernel(KeyboardInterrupt()))(1)
+
+
 def test_keyboard_interrupts_that_may_be_the_users_propagate() -> None:
     kernel = CandidateCall(_Kernel(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
