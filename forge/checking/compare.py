@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -78,10 +78,14 @@ class TensorMeta:
     dtype: torch.dtype
     device: torch.device
     layout: torch.layout
+    # The strides the reference returned: compared only where a kernel replaces a call inside a model
+    # (`structure_errors(..., strides=True)`), never part of equality.
+    stride: tuple[int, ...] | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, tensor: torch.Tensor) -> TensorMeta:
-        return cls(type(tensor), tuple(tensor.shape), tensor.dtype, tensor.device, tensor.layout)
+        stride = tuple(tensor.stride()) if tensor.layout == torch.strided else None
+        return cls(type(tensor), tuple(tensor.shape), tensor.dtype, tensor.device, tensor.layout, stride)
 
     def describe(self) -> str:
         text = f"{str(self.dtype).removeprefix('torch.')}[{', '.join(map(str, self.shape))}] on {self.device}"
@@ -165,8 +169,41 @@ def _values_equal(a: Any, b: Any) -> bool:
         return a is b
 
 
-def structure_errors(expected: Skeleton, got: Any, locator: str) -> list[str]:
-    """Problems with the shape of `got` against the reference skeleton (empty when the structure matches)."""
+def _memory_formats(shape: tuple[int, ...], stride: tuple[int, ...]) -> set[torch.memory_format]:
+    """The standard memory formats a layout is dense in (empty: a layout of its own, e.g. a transpose kept)."""
+    meta = torch.empty_strided(shape, stride, device="meta")
+    formats = {torch.contiguous_format, torch.channels_last, torch.channels_last_3d}
+    usable = {f for f in formats if (f is torch.contiguous_format or len(shape) == (4 if f is torch.channels_last
+                                                                                     else 5))}
+    return {f for f in usable if meta.is_contiguous(memory_format=f)}
+
+
+def layout_error(expected: TensorMeta, got: torch.Tensor) -> str | None:
+    """The stride problem of `got` against the reference's layout, or None when it does not matter.
+
+    Why a kernel must return PyTorch's layout: the model's later code was written for it. A `view` of an output
+    with other strides raises, and ops reading a transposed or NHWC tensor where PyTorch handed them an NCHW one
+    take other paths or copy, which the kernel's own timing never sees. Where PyTorch keeps an input's odd layout
+    (an elementwise op on a transpose), a row-major output is accepted: `view` works on it and it is what
+    `x.contiguous()` + `torch.empty_like` kernels return. Dimensions of size 1 (any stride addresses the same
+    element) and empty tensors are not compared."""
+    if expected.stride is None or got.layout != torch.strided or got.numel() == 0:
+        return None
+    sizes = tuple(got.shape)
+    mine = tuple(s for n, s in zip(sizes, got.stride(), strict=True) if n > 1)
+    theirs = tuple(s for n, s in zip(sizes, expected.stride, strict=True) if n > 1)
+    if mine == theirs:
+        return None
+    if got.is_contiguous() and not _memory_formats(sizes, expected.stride):
+        return None
+    return (f"strides {list(got.stride())} instead of PyTorch's {list(expected.stride)}: return the layout PyTorch "
+            "returns for these inputs (the model's later ops were written for it: `view` fails and other ops copy "
+            "on another layout)")
+
+
+def structure_errors(expected: Skeleton, got: Any, locator: str, *, strides: bool = False) -> list[str]:
+    """Problems with the shape of `got` against the reference skeleton (empty when the structure matches);
+    `strides`: also the layout (`layout_error`)."""
     if isinstance(expected, TensorMeta):
         if not isinstance(got, torch.Tensor):
             return [f"{locator}: expected a tensor {expected.describe()}, got {_type_name(got)} {_short_repr(got)}"]
@@ -188,7 +225,8 @@ def structure_errors(expected: Skeleton, got: Any, locator: str) -> list[str]:
             problems.append(f"layout {got.layout} instead of {expected.layout}")
         if problems:
             return [f"{locator}: wrong tensor metadata: " + ", ".join(problems) + f" (expected {expected.describe()})"]
-        return []
+        layout = layout_error(expected, got) if strides else None
+        return [f"{locator}: wrong layout: {layout}"] if layout else []
     if isinstance(expected, ContainerNode):
         if type(got) is not expected.kind:
             return [f"{locator}: expected a {expected.kind.__qualname__}, got {_type_name(got)} {_short_repr(got)}"]
@@ -202,7 +240,7 @@ def structure_errors(expected: Skeleton, got: Any, locator: str) -> list[str]:
             pairs = [(_child_locator(locator, i), child, got[i]) for i, child in enumerate(expected.children)]
         errors: list[str] = []
         for child_locator, child, value in pairs:
-            errors += structure_errors(child, value, child_locator)
+            errors += structure_errors(child, value, child_locator, strides=strides)
         return errors
     if not _values_equal(expected.value, got):
         return [

@@ -45,7 +45,9 @@ class KernelUtils:
 
     `timing` is the clock every benchmark through this object uses (`eager`: host-inclusive, `device`: kernel time
     from a CUDA-graph replay); `KernelOptimizer.make_plan(execution=...)` sets it from the execution mode.
-    `spot_check_passes`: how many timed passes `benchmark(..., reference=...)` compares (`SpotCheck.passes`)."""
+    `spot_check_passes`: how many timed passes `benchmark(..., reference=...)` compares (`SpotCheck.passes`).
+    `check_layout`: outputs must have PyTorch's strides (a kernel replacing a call inside a model); module problems
+    judged as a whole (`forge.judging.check_module`) compare values only."""
 
     fresh_inputs_per_sample: int = 2
     seed: int = 0
@@ -60,6 +62,7 @@ class KernelUtils:
     timing: TimingMode = TimingMode.EAGER
     probes: ProbeSettings = field(default_factory=ProbeSettings)
     spot_check_passes: tuple[int, int] = (1, 2)
+    check_layout: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "timing", parse_timing_mode(self.timing))
@@ -85,6 +88,7 @@ class KernelUtils:
                 tolerances=self.tolerances,
                 error_factor=self.error_factor,
                 require_deterministic=self.require_deterministic,
+                check_layout=self.check_layout,
             ))
             tampered = _integrity_issues(before, "during validation")
             if errors or tampered:

@@ -170,6 +170,7 @@ class _CandidateState:
     """What validate learns about the candidate across cases."""
 
     dispatch_usable: bool = True
+    check_layout: bool = True
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,7 @@ def validate(
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
     error_factor: float = 4.0,
     require_deterministic: bool = True,
+    check_layout: bool = True,
 ) -> list[ValidationIssue]:
     """Check `candidate` against `reference_fn` on `samples` plus fresh random inputs; an empty list means pass.
 
@@ -242,11 +244,14 @@ def validate(
     `samples` are unique `forge.samples.Sample`s (tensors or `TensorSpec`s; specs are drawn with the seed).
     `tolerances` overrides the per-dtype `(atol, rtol)` floors (`forge.checking.tolerance.DEFAULT_TOLERANCES`);
     `error_factor` scales eager PyTorch's own float64 error into the allowance. `validate_report` also says how
-    many fresh rounds were used.
+    many fresh rounds were used. `check_layout`: an output must have the strides PyTorch's has
+    (`forge.checking.compare.layout_error`; a kernel replacing a call inside a model), off for whole-problem
+    outputs compared by value only (KernelBench modules).
     """
     return list(validate_report(
         reference_fn, candidate, samples, fresh_inputs_per_sample=fresh_inputs_per_sample, seed=seed,
         tolerances=tolerances, error_factor=error_factor, require_deterministic=require_deterministic,
+        check_layout=check_layout,
     ).issues)
 
 
@@ -260,6 +265,7 @@ def validate_report(
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = None,
     error_factor: float = 4.0,
     require_deterministic: bool = True,
+    check_layout: bool = True,
 ) -> ValidationReport:
     """`validate`, returning a `ValidationReport` (the issues, the fresh rounds used, the problem's size)."""
     if not callable(reference_fn) or not callable(candidate):
@@ -279,7 +285,7 @@ def validate_report(
     # TorchDispatchMode is recompiled into a different (eager-like) graph, which would then be what gets
     # benchmarked. Such candidates still get the plain runs and, on CUDA, the poisoned allocator.
     trusted_compiler = not getattr(candidate, "allows_dispatch_poisoning", True)
-    state = _CandidateState(dispatch_usable=not trusted_compiler)
+    state = _CandidateState(dispatch_usable=not trusted_compiler, check_layout=bool(check_layout))
     # PyTorch's own kernels (torch.compile) are as deterministic as PyTorch: agreement within the allowance.
     require_deterministic = require_deterministic and not trusted_compiler
     with watch_interrupts():  # a KeyboardInterrupt raised by the candidate is contained, the user's Ctrl-C is not
@@ -408,7 +414,8 @@ def _validate_case(
     tally.record(tensor_bytes((tuple(case.args), dict(case.kwargs))), expectation.output_bytes)
     metas = [(m.shape, m.dtype, m.device) for _, m in expectation.output_metas()]
     checker = _RunChecker(expectation, case, require_deterministic,
-                          reference_varies=lambda: _reference_varies(reference_fn, case))
+                          reference_varies=lambda: _reference_varies(reference_fn, case),
+                          check_layout=state.check_layout)
     for plan in _RUN_PLANS:
         if plan.dispatch and not state.dispatch_usable:
             continue
@@ -536,8 +543,9 @@ class _RunChecker:
     `require_deterministic` is off, that run itself), and the problems found, composed by `issues()` at the end."""
 
     def __init__(self, expectation: Expectation, case: Sample, require_deterministic: bool,
-                 reference_varies: Callable[[], bool] = lambda: False) -> None:
+                 reference_varies: Callable[[], bool] = lambda: False, check_layout: bool = True) -> None:
         self.expectation = expectation
+        self.check_layout = check_layout
         self.case = case
         self.require_deterministic = require_deterministic
         self.reference_varies = reference_varies
@@ -550,7 +558,7 @@ class _RunChecker:
 
     def check(self, run: _RunResult) -> None:
         self.runs += 1
-        structure = structure_errors(self.expectation.skeleton, run.output, "output")
+        structure = structure_errors(self.expectation.skeleton, run.output, "output", strides=self.check_layout)
         if structure:
             self.checked.append((run.plan, [_mismatch(p, leaf=p.split(":", 1)[0]) for p in structure]))
             return

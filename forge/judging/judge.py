@@ -137,7 +137,8 @@ class Judge:
     @staticmethod
     def _module_in_process(build: Callable[[int], Any], target: ModuleTarget, trusted: bool, utils: KernelUtils
                            ) -> tuple[list[ValidationIssue], Outcome, dict[str, Any]]:
-        check = check_module(target.source, lambda seed: ModelCall(build(seed), trusted=trusted), utils.validate,
+        by_value = dataclasses.replace(utils, check_layout=False)  # a problem's output is its end (check_module)
+        check = check_module(target.source, lambda seed: ModelCall(build(seed), trusted=trusted), by_value.validate,
                              target.device, seeds=target.seeds, dtype=target.dtype)
         details: dict[str, Any] = {"phase": "module check", "seeds_checked": check.seeds_checked}
         if check.scaled is not None:

@@ -20,6 +20,7 @@ own process and its clocks. The optimizer re-times winners in the main process.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import socket
@@ -418,9 +419,10 @@ def _module_verdict(utils: Any, target: Any, proxy: SandboxCandidate) -> dict[st
     from forge.judging.modules import check_module
 
     found: dict[str, Any] = {}
+    by_value = dataclasses.replace(utils, check_layout=False)  # a problem's output is its end (check_module)
 
     def validate(reference: Any, candidate: Any, samples: Any) -> list[Any]:
-        verdict = _validation_verdict(utils, reference, candidate, samples)
+        verdict = _validation_verdict(by_value, reference, candidate, samples)
         if verdict is not None:
             found["verdict"] = verdict
             return verdict["details"].get("errors") or [verdict["message"]]

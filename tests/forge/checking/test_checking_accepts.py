@@ -33,7 +33,8 @@ def layer_norm_by_moments(x, normalized_shape, weight=None, bias=None, eps=1e-5)
 def softmax_by_exp(x, dim):
     xf = x.float()
     e = (xf - xf.amax(dim, keepdim=True)).exp()
-    return (e / e.sum(dim, keepdim=True)).to(x.dtype)
+    # PyTorch's softmax returns a fresh row-major tensor on CPU whatever the input's strides; so does this one.
+    return (e / e.sum(dim, keepdim=True)).to(x.dtype).contiguous()
 
 
 def gelu_by_erf(x):
@@ -270,3 +271,24 @@ def test_every_reference_passes_against_itself(dtype):
         if errors:
             failures[name] = errors[0]
     assert failures == {}
+
+
+def test_accepts_other_strides_on_size_one_dimensions():
+    """Strides of dimensions of size 1 address nothing else: a kernel may set them as it likes."""
+    x = torch.randn(4, 1, 8, generator=_gen(12))
+
+    def relu_with_odd_unit_stride(t):
+        return torch.relu(t).as_strided(t.shape, (8, 1234, 1))
+
+    assert validate(F.relu, relu_with_odd_unit_stride, [Sample((x,), {})]) == []
+
+
+def test_accepts_a_row_major_output_where_pytorch_keeps_the_input_layout():
+    """relu of a transpose keeps the transpose in PyTorch; a kernel that makes its input contiguous returns row-major,
+    which every later op (and `view`) takes."""
+    x = torch.randn(9, 7, generator=_gen(13)).t()
+
+    def relu_row_major(t):
+        return torch.relu(t.contiguous())
+
+    assert validate(F.relu, relu_row_major, [Sample((x,), {})]) == []

@@ -353,3 +353,21 @@ def test_bitwise_determinism_is_waived_only_where_the_reference_itself_varies() 
     errors = validate(torch.relu, _ulp_noise, samples, fresh_inputs_per_sample=0)
     assert errors and "identical calls gave different results" in errors[0]
     assert validate(_ulp_noise, _ulp_noise, samples, fresh_inputs_per_sample=0) == []
+
+
+def _relu_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """Right values in another memory format: what a GEMM-based conv returns when it skips the transpose back."""
+    return torch.relu(x).contiguous(memory_format=torch.channels_last)
+
+
+def test_rejects_output_in_another_layout():
+    x = torch.randn(2, 3, 4, 5)  # PyTorch's relu keeps it row-major
+    issues = validate(F.relu, _relu_channels_last, [Sample((x,), {})])
+    assert outcome_of_issues(issues) is Outcome.MISMATCH
+    assert "wrong layout" in str(issues[0]) and "[60, 20, 5, 1]" in str(issues[0])
+
+
+def test_whole_problem_outputs_are_compared_by_value_only():
+    """`check_layout=False` (KernelBench module problems: nothing reads their output afterwards)."""
+    x = torch.randn(2, 3, 4, 5)
+    assert validate(F.relu, _relu_channels_last, [Sample((x,), {})], check_layout=False) == []
