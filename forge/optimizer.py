@@ -9,7 +9,9 @@ Flow of `make_plan` (the reference design's, with its weak points fixed):
    and named);
 6. per function, once generation is over, time PyTorch, then every valid candidate, then PyTorch again, and keep
    the fastest candidate only when it beats both baseline runs by more than the measured noise;
-7. time the whole model with and without the selected kernels, the way it will run, and drop what slows it.
+7. time the whole model with and without the selected kernels, the way it will run, in paired interleaved blocks,
+   and keep the plan only when it is significantly faster, dropping entries one at a time until it is or nothing
+   remains (`forge.end_to_end.check_plan`; the report says what was dropped and why).
 `make_plan(..., execution=)` says how the model will run (`forge.execution`): `eager` selects on host-inclusive
 time, `cuda_graphs` and `compile` on device time (a CUDA-graph replay: launch cost vanishes there), and the
 end-to-end check runs the model that way. The plan records the mode.
@@ -51,7 +53,7 @@ from forge.checking import BenchmarkResult, KernelUtils
 from forge.checking.benchmarking import Bracket, NotCapturableError, samples_device
 from forge.checking.integrity import Snapshot
 from forge.checking.spot_check import SpotCheckError
-from forge.end_to_end import ModelRunner, time_model
+from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
 from forge.environment import environment_fingerprint
 from forge.execution import Execution, parse_execution
 from forge.functional import original_function
@@ -87,7 +89,7 @@ class ReportStatus(StrEnum):
     VALID = "valid"  # correct and faster than PyTorch, but not the fastest
     SLOWER = "slower"
     NOT_SIGNIFICANT = "not significant"  # the fastest, but not beyond the noise
-    DROPPED = "dropped (slower end to end)"
+    DROPPED = "dropped (not faster end to end)"
     PREPARE_REFUSED = "prepare_refused"
     NOT_CAPTURABLE = "not_capturable"
     INVALID = "invalid"  # a generator returned an unusable provider
@@ -107,7 +109,7 @@ class ReportStatus(StrEnum):
 # The judge's outcome behind each report status (None: a row that is not a judged candidate, e.g. the baseline).
 _OUTCOME_OF_STATUS = {
     **{status: Outcome.OK for status in ("selected", "valid", "slower", "not significant",
-                                         "dropped (slower end to end)")},
+                                         "dropped (not faster end to end)")},
     **{status: Outcome(status) for status in ("mismatch", "runtime_error", "compile_error", "forbidden", "crash",
                                                "harness_error", "timeout")},
     "not_capturable": Outcome.RUNTIME_ERROR,
@@ -192,6 +194,7 @@ class KernelOptimizer:
         generation_timeout: float | None = None,
         *,
         end_to_end_check: bool = True,
+        end_to_end_blocks: int = 8,
         judge: Judge | None = None,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
@@ -213,7 +216,11 @@ class KernelOptimizer:
             raise ValueError(f"generation_timeout must be a number of seconds >= 0, got {generation_timeout!r}")
         self.generation_timeout = float(generation_timeout)
         self.end_to_end_check = bool(end_to_end_check)
+        if isinstance(end_to_end_blocks, bool) or not isinstance(end_to_end_blocks, int) or end_to_end_blocks < 1:
+            raise ValueError(f"end_to_end_blocks must be an int >= 1, got {end_to_end_blocks!r}")
+        self.end_to_end_blocks = end_to_end_blocks
         self.end_to_end: pd.DataFrame | None = None
+        self.plan_check: PlanCheck | None = None
         self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary: pd.DataFrame | None = None
         self._rows: list[dict[str, Any]] = []
@@ -272,6 +279,7 @@ class KernelOptimizer:
         self.report = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary = None
         self.end_to_end = None
+        self.plan_check = None
         self._execution = execution
         self._compile_options = dict(compile_options or {})
         self._timing_utils = dataclasses.replace(self.kernel_utils, timing=execution.timing_mode)
@@ -579,67 +587,57 @@ class KernelOptimizer:
         self, function: Callable, data: Sequence[Any] | None, module: nn.Module, entries: list[PlanEntry]
     ) -> list[PlanEntry]:
         """Time the whole `function` over `data` with and without the plan, run the way the plan's execution mode
-        runs it (`forge.end_to_end`); drop what makes the model slower.
+        runs it, and keep only what makes the model faster (`forge.end_to_end.check_plan`: paired interleaved
+        blocks against the better neighbouring baseline, a sign test, entries dropped one at a time).
 
         Per-call timings isolate a kernel (L2 flushed, device idle before each pass), so they miss costs that only
-        show inside the model, such as host-side launch overhead that stalls the queue. If the plan is slower than
-        eager beyond noise, entries are re-added one at a time (largest per-call gain first) and each is kept only
-        if the model is not slower with it.
+        show inside the model: host-side launch overhead that stalls the queue, layouts later ops copy, fusions
+        Inductor can no longer make. A failure of the check itself keeps nothing: an unchecked plan is not shipped.
         """
         samples = normalize_data(data) or [Sample((), {})]
         execution = self._execution
         device = samples_device(samples)
         target = function if execution is not Execution.COMPILE else module
+        runners: list[ModelRunner] = []
+        utils = self.kernel_utils
 
-        def measure(selected: list[PlanEntry]) -> BenchmarkResult:
+        def measure(selected: Sequence[PlanEntry]) -> Callable[[], float]:
             plan = KernelOptimizationPlan(entries=tuple(selected), execution=execution) if selected else None
-            runner = ModelRunner(module, samples, execution=execution, plan=plan,
-                                 compile_options=self._compile_options, function=target)
-            try:
+            with candidate_code():  # building a planned runner loads the kernels
+                runner = ModelRunner(module, samples, execution=execution, plan=plan,
+                                     compile_options=self._compile_options, function=target)
+            runners.append(runner)
+
+            def block() -> float:
                 with candidate_code():  # the selected kernels run inside the model here
-                    return time_model(runner, execution=execution, device=device, rounds=self.kernel_utils.rounds,
-                                      min_run_time_s=self.kernel_utils.min_run_time_s,
-                                      warmup=self.kernel_utils.warmup)
-            finally:
-                runner.close()
+                    return time_model(runner, execution=execution, device=device, rounds=utils.rounds,
+                                      min_run_time_s=utils.min_run_time_s, warmup=utils.warmup).median_ms
+            return block
 
-        rows = []
+        progress("end-to-end check (%s): the model with and without the plan", execution.value)
         try:
-            progress("end-to-end check (%s): the model with and without the plan", execution.value)
-            before, with_plan, after = measure([]), measure(entries), measure([])
-        except Exception as exc:
-            logger.warning("End-to-end check failed (%s); keeping the per-function selection", exc)
-            return entries
-        eager = min((before, after), key=lambda r: r.median_ms)
-        baseline_label = {Execution.EAGER: "eager", Execution.CUDA_GRAPHS: "CUDA graphs",
-                          Execution.COMPILE: "torch.compile"}[execution]
-        rows += [(baseline_label, "", eager), ("plan", ", ".join(e.function for e in entries), with_plan)]
-        kept = list(entries)
-        if before.is_faster_than(with_plan, min_gain=0.0) and after.is_faster_than(with_plan, min_gain=0.0):
-            logger.warning("The plan makes the whole model slower (%.4g ms vs %.4g ms without it); pruning it",
-                           with_plan.median_ms, eager.median_ms)
-            kept = []
-            current = eager
-            for entry in sorted(entries, key=lambda e: -(e.speedup or 0.0)):
-                trial = measure([*kept, entry])
-                rows.append((f"+ {entry.function}", ", ".join(e.function for e in [*kept, entry]), trial))
-                if current.is_faster_than(trial, min_gain=0.0):
-                    self._mark_dropped(entry)
-                else:
-                    kept.append(entry)
-                    current = trial
-        self.end_to_end = pd.DataFrame(
-            [{"variant": name, "execution": execution.value, "functions": functions, "median_ms": r.median_ms,
-              "q25_ms": r.q25_ms, "q75_ms": r.q75_ms, "speedup": eager.median_ms / r.median_ms}
-             for name, functions, r in rows]
-        )
+            check = check_plan(entries, measure, execution=execution, blocks=self.end_to_end_blocks,
+                               saving=lambda e: (e.baseline_ms or 0.0) - (e.latency_ms or 0.0))
+        except Exception as exc:  # noqa: BLE001 - reported; nothing unchecked is kept
+            logger.warning("End-to-end check failed (%s); keeping no entry", exc, exc_info=True)
+            for entry in entries:
+                self._mark_dropped(entry, f"the end-to-end check failed: {type(exc).__name__}: {exc}")
+            return []
+        finally:
+            for runner in runners:
+                runner.close()
+        for entry, why in check.dropped:
+            self._mark_dropped(entry, why)
+        self.end_to_end = check.frame()
+        self.plan_check = check
         logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        return kept
+        return list(check.kept)
 
-    def _mark_dropped(self, entry: PlanEntry) -> None:
+    def _mark_dropped(self, entry: PlanEntry, why: str) -> None:
         for row in self._rows:
             if row["function"] == entry.function and row["status"] == ReportStatus.SELECTED:
                 row["status"] = ReportStatus.DROPPED
+                row["error"] = why
 
     # -- report -------------------------------------------------------------------------------------------
     def _row(
