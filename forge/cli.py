@@ -407,9 +407,23 @@ def _end_to_end(model: nn.Module, data: list[Sample], plan: Any, compile_options
     """Whole-model latency in every execution mode with and without the plan (`forge.end_to_end`)."""
     from forge.end_to_end import compare_end_to_end
 
-    report = compare_end_to_end(model, data, plan, blocks=blocks, compile_options=compile_options)
+    report = compare_end_to_end(model, data, plan, blocks=blocks, compile_options=compile_options, profile=True)
     _print_table(f"end-to-end latency (one pass over the inputs; {blocks} interleaved blocks; CUDA graphs timed by "
                  "replay, the others host-inclusive; outputs checked against eager)", report.frame())
+    _print_where_the_time_went(report)
+
+
+def _print_where_the_time_went(report: Any, top: int = 12) -> None:
+    """The kernel profile of the model with the plan against without it, per mode: totals, by function, by kernel."""
+    summary = report.kernel_summary()
+    if summary.empty:
+        return
+    _print_table("where the time went (device ms per pass over the inputs, profiled without and with the plan)",
+                 summary)
+    for execution in summary["execution"]:
+        diff = report.kernel_diff(execution)
+        _print_table(f"{execution}: device time by function (largest change first)", diff.by_function().head(top))
+        _print_table(f"{execution}: device time by kernel (largest change first)", diff.by_kernel(top))
 
 
 def _cmd_prompts(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ from torch import nn
 
 from forge.checking.benchmarking import BenchmarkResult, benchmark, samples_device, summarize
 from forge.execution import Execution, TimingMode, parse_execution
+from forge.profiler.kernels import COMPILED, GRAPH, KernelDiff, KernelProfile, profile_kernels
 from forge.progress import progress
 from forge.samples import Sample, clone_value, iter_tensors
 
@@ -282,6 +283,26 @@ class EndToEndReport:
 
     rows: tuple[VariantResult, ...] = field(default_factory=tuple)
     blocks: int = 0
+    profiles: Mapping[tuple[Execution, bool], KernelProfile] = field(default_factory=dict)
+
+    def kernel_diff(self, execution: Execution | str) -> KernelDiff | None:
+        """Where the time went in `execution`: the profile of the model with the plan against without it (None
+        when `compare_end_to_end` did not profile, or a variant failed)."""
+        execution = parse_execution(execution)
+        base, planned = self.profiles.get((execution, False)), self.profiles.get((execution, True))
+        if base is None or planned is None:
+            return None
+        return KernelDiff(execution.value, base, planned)
+
+    def kernel_summary(self) -> pd.DataFrame:
+        """Device ms per pass without and with the plan in each profiled mode, and what the plan saved and added."""
+        records = []
+        for execution in Execution:
+            diff = self.kernel_diff(execution)
+            if diff is not None:
+                records.append({"execution": execution.value, **diff.summary()})
+        return pd.DataFrame(records, columns=["execution", "device_ms_without", "device_ms_with", "saved_ms",
+                                              "added_ms"])
 
     def get(self, execution: Execution | str, with_plan: bool) -> VariantResult | None:
         execution = parse_execution(execution)
@@ -335,8 +356,8 @@ class EndToEndReport:
         return pd.DataFrame(records, columns=REPORT_COLUMNS)
 
 
-def _graph_outputs(run: ModelRunner, device: torch.device) -> Any:
-    """The outputs of one replay of `run` captured in a CUDA graph (what a CUDA-graph deployment computes)."""
+def _captured(run: ModelRunner, device: torch.device) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """One pass of `run` captured in a CUDA graph, as a CUDA-graph deployment captures it, and its output buffers."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -345,9 +366,44 @@ def _graph_outputs(run: ModelRunner, device: torch.device) -> Any:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         outputs = run()
+    return graph, outputs
+
+
+def _graph_outputs(run: ModelRunner, device: torch.device) -> Any:
+    """The outputs of one replay of `run` captured in a CUDA graph (what a CUDA-graph deployment computes)."""
+    graph, outputs = _captured(run, device)
     graph.replay()
     torch.cuda.synchronize(device)
     return [clone_value(o) for o in outputs]
+
+
+def _profiles(runners: dict[tuple[Execution, bool], ModelRunner], device: torch.device, passes: int,
+              notes: dict[tuple[Execution, bool], str]) -> dict[tuple[Execution, bool], KernelProfile]:
+    """A kernel profile of every variant (`forge.profiler.kernels`); eager first, so the other modes can name the
+    functions of their kernels from it."""
+    found: dict[tuple[Execution, bool], KernelProfile] = {}
+    order = sorted(runners, key=lambda key: list(Execution).index(key[0]))
+    with torch.no_grad():
+        for key in order:
+            execution, with_plan = key
+            run = runners[key]
+            progress("end-to-end: profiling %s%s", execution.value, " + plan" if with_plan else "")
+            eager = found.get((Execution.EAGER, with_plan))
+            names = eager.function_of() if eager is not None else None
+            try:
+                if execution is Execution.CUDA_GRAPHS:
+                    graph, _ = _captured(run, device)
+                    found[key] = profile_kernels(graph.replay, device=device, passes=passes, label=False,
+                                                 unlabelled_as=GRAPH, function_of=names)
+                elif execution is Execution.COMPILE:
+                    found[key] = profile_kernels(run, device=device, passes=passes, label=False,
+                                                 unlabelled_as=COMPILED, function_of=names)
+                else:
+                    found[key] = profile_kernels(run, device=device, passes=passes)
+            except Exception as exc:  # noqa: BLE001 - reported in the table
+                logger.warning("profiling %s failed: %s", key, exc, exc_info=True)
+                notes[key] = (notes.get(key, "") + f" profile failed: {type(exc).__name__}: {exc}").strip()
+    return found
 
 
 def _max_abs_error(outputs: Any, expected: Any) -> float:
@@ -416,8 +472,12 @@ def compare_end_to_end(
     rounds: int = 10,
     min_run_time_s: float = 0.05,
     compile_options: Mapping[str, Any] | None = None,
+    profile: bool = False,
+    profile_passes: int = 3,
 ) -> EndToEndReport:
     """Time `model` over `samples` in every execution mode with and without `plan` (see the module docstring).
+
+    `profile`: also profile every variant's kernels after timing (`EndToEndReport.kernel_diff`: where the time went).
 
     `executions`: default eager, CUDA graphs (CUDA only) and compile. A variant that fails to build or run is a row
     with a note instead of a traceback; correctness compares each variant's outputs with eager's (loose whole-model
@@ -462,8 +522,11 @@ def compare_end_to_end(
             runners[key] = run
     medians: dict[tuple[Execution, bool], list[float]] = {key: [] for key in runners}
     times: dict[tuple[Execution, bool], list[float]] = {key: [] for key in runners}
+    profiles: dict[tuple[Execution, bool], KernelProfile] = {}
     try:
         _timed_blocks(runners, medians, times, notes, device, blocks, rounds, min_run_time_s)
+        if profile and len(plan):
+            profiles = _profiles({k: r for k, r in runners.items() if medians.get(k)}, device, profile_passes, notes)
     finally:
         for run in runners.values():
             run.close()
@@ -479,4 +542,4 @@ def compare_end_to_end(
                 correct=None if error is None else bool(error <= tolerance), note=notes.get(key, ""),
                 block_medians_ms=tuple(medians.get(key, ())),
             ))
-    return EndToEndReport(rows=tuple(rows), blocks=blocks)
+    return EndToEndReport(rows=tuple(rows), blocks=blocks, profiles=profiles)

@@ -54,6 +54,7 @@ from torch import nn
 
 from forge.custom_ops import DispatchStats, ProviderOp, provider_op
 from forge.functional import original_function
+from forge.profiler.kernels import PLAN_LABEL
 from forge.samples import Sample, TensorSpec, signature_of
 
 if TYPE_CHECKING:
@@ -345,6 +346,7 @@ def _dispatch(
     _tensor: type = torch.Tensor,
     _plain: tuple[type, ...] = _PLAIN_TENSORS,
     _grad_enabled: Callable[[], bool] = torch.is_grad_enabled,
+    _profiling: Callable[[], bool] = torch._C._autograd._profiler_enabled,
 ) -> Any:
     """One planned call: the provider when the signature guard says yes, else the entry it displaced, else PyTorch.
 
@@ -369,6 +371,9 @@ def _dispatch(
     if hit:
         stats.provider_calls += 1
         try:
+            if _profiling():  # a profile ties the provider's kernels to the call (forge.profiler.kernels)
+                with torch.profiler.record_function(PLAN_LABEL + name):
+                    return entry[1](*args, **kwargs)
             return entry[1](*args, **kwargs)
         except Exception:
             _provider_failed(name, stats)
