@@ -221,6 +221,7 @@ class KernelOptimizer:
         self.end_to_end_blocks = end_to_end_blocks
         self.end_to_end: pd.DataFrame | None = None
         self.plan_check: PlanCheck | None = None
+        self.selected_entries: tuple[PlanEntry, ...] = ()
         self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary: pd.DataFrame | None = None
         self._rows: list[dict[str, Any]] = []
@@ -280,6 +281,7 @@ class KernelOptimizer:
         self.profile_summary = None
         self.end_to_end = None
         self.plan_check = None
+        self.selected_entries = ()
         self._execution = execution
         self._compile_options = dict(compile_options or {})
         self._timing_utils = dataclasses.replace(self.kernel_utils, timing=execution.timing_mode)
@@ -336,6 +338,7 @@ class KernelOptimizer:
         self._evaluate_providers(searches, provider_functions)
         self._collect_generated(searches, tasks, generation_deadline)
         entries = self._select(searches)
+        self.selected_entries = tuple(entries)  # before the end-to-end check
         if entries and self.end_to_end_check:
             entries = self._check_end_to_end(function, data, module, entries)
         plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device),

@@ -5,7 +5,9 @@ Two demos, chosen so that kernel replacement can show in the whole model's laten
 
 - `llama` (default): a Llama-style decoder at prefill size, GPU-bound (see `forge.demos.llama`);
 - `unet`: a diffusion-UNet stack of conv, group_norm, silu, attention and layer_norm, ops where eager PyTorch and
-  Inductor sit far from the roofline (group_norm at 5-8 %; see `forge.demos.unet`).
+  Inductor sit far from the roofline (group_norm at 5-8 %; see `forge.demos.unet`);
+- `hf-llama`, `timm-vit`, `diffusers-unet`: the models users run, built by their own libraries with random weights
+  (`forge.demos.libraries`; optional `[models]` extra).
 
 Each factory takes the device and picks its config from it: full size on CUDA, a tiny fp32 model on the CPU so the
 CLI demo finishes in seconds there.
@@ -19,6 +21,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from forge.demos.libraries import (
+    diffusers_unet,
+    diffusers_unet_inputs,
+    hf_llama,
+    hf_llama_inputs,
+    timm_vit,
+    timm_vit_inputs,
+)
 from forge.demos.llama import demo_inputs, demo_model
 from forge.demos.unet import unet_inputs, unet_model
 from forge.samples import Sample
@@ -51,6 +61,12 @@ DEMOS: dict[str, Demo] = {
              "Llama-style decoder at prefill (GQA SDPA, RMSNorm, SwiGLU, vocab softmax)"),
         Demo("unet", unet_model, unet_inputs,
              "diffusion UNet (ResBlocks of GroupNorm/SiLU/conv3x3, self-attention with LayerNorm)"),
+        Demo("hf-llama", hf_llama, hf_llama_inputs,
+             "Hugging Face LlamaForCausalLM, Llama-3.2-1B config, random weights (needs the [models] extra)"),
+        Demo("timm-vit", timm_vit, timm_vit_inputs,
+             "timm vit_base_patch16_224, random weights (needs the [models] extra)"),
+        Demo("diffusers-unet", diffusers_unet, diffusers_unet_inputs,
+             "diffusers UNet2DConditionModel, SD-1.5 config, random weights (needs the [models] extra)"),
     )
 }
 

@@ -145,13 +145,18 @@ def labelled_functions() -> Iterator[None]:
 
 # -- attribution --------------------------------------------------------------------------------------------
 def _label_of(event: Any) -> str | None:
+    """The nearest function label above `event`, except that a plan label anywhere above wins: a provider's own
+    F calls (a GEMM through `F.linear` inside a conv2d provider) are the provider's time."""
+    nearest = None
     current = event
     while current is not None:
         name = getattr(current, "name", None) or ""
-        if name.startswith((FUNCTION_LABEL, PLAN_LABEL)):
+        if name.startswith(PLAN_LABEL):
             return name
+        if nearest is None and name.startswith(FUNCTION_LABEL):
+            nearest = name
         current = getattr(current, "cpu_parent", None)
-    return None
+    return nearest
 
 
 def _launcher(candidates: list[Any]) -> Any | None:

@@ -3,12 +3,14 @@
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.defaults import default_providers
 from forge.providers.libraries import LibraryKernelProvider, LibraryUnavailable, library_providers
+from forge.providers.patch_conv import PatchConvProvider
 from forge.providers.torch_sdpa import TorchSDPAProvider
 
 __all__ = [
     "CompiledFunctionProvider",
     "LibraryKernelProvider",
     "LibraryUnavailable",
+    "PatchConvProvider",
     "TorchSDPAProvider",
     "default_providers",
     "library_providers",

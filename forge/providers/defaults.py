@@ -6,6 +6,7 @@ import torch
 
 from forge.provider import KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
+from forge.providers.patch_conv import PatchConvProvider
 from forge.providers.torch_sdpa import TorchSDPAProvider
 
 __all__ = ["default_providers", "COMPILED_FUNCTIONS"]
@@ -25,8 +26,9 @@ COMPILED_FUNCTIONS = (
 
 
 def default_providers(device: str | torch.device = "cpu") -> list[KernelProvider]:
-    """SDPA backends (on CUDA), per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS` and, on
-    CUDA, the measured-to-win functions of every installed kernel library (`forge.providers.libraries`)."""
+    """SDPA backends (on CUDA), per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS`, patch
+    convolutions as one GEMM (`PatchConvProvider`) and, on CUDA, the measured-to-win functions of every installed
+    kernel library (`forge.providers.libraries`)."""
     from forge.providers.libraries import installed_library_providers
 
     providers: list[KernelProvider] = []
@@ -34,6 +36,7 @@ def default_providers(device: str | torch.device = "cpu") -> list[KernelProvider
     if cuda:
         providers += [TorchSDPAProvider(b) for b in ("cudnn", "flash", "efficient")]
     providers += [CompiledFunctionProvider(name) for name in COMPILED_FUNCTIONS]
+    providers.append(PatchConvProvider())
     if cuda:
         providers += installed_library_providers(device)
     return providers

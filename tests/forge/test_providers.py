@@ -59,3 +59,39 @@ def test_compiled_provider_passes_the_oracle_and_stays_compiled() -> None:
     assert validate(original_function("softmax"), provider, [sample]) == []
     # validation must not make Dynamo recompile the provider into something else
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PatchConvProvider
+# ---------------------------------------------------------------------------------------------------------
+def _patch_sample(batch=2, channels=3, side=32, patch=8, width=16, dtype=torch.float32, **conv):
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(batch, channels, side, side, generator=g, dtype=dtype)
+    w = torch.randn(width, channels, patch, patch, generator=g, dtype=dtype) * 0.1
+    b = torch.randn(width, generator=g, dtype=dtype)
+    return Sample((x, w, b), {"stride": (patch, patch), **conv})
+
+
+def test_patch_conv_matches_conv2d_and_its_layout():
+    from forge.checking import KernelUtils
+    from forge.providers import PatchConvProvider
+
+    samples = [_patch_sample(), _patch_sample(side=16, patch=4, dtype=torch.bfloat16)]
+    channels_last = _patch_sample()
+    channels_last = Sample((channels_last.args[0].contiguous(memory_format=torch.channels_last),
+                            *channels_last.args[1:]), dict(channels_last.kwargs))
+    samples.append(channels_last)
+    provider = PatchConvProvider()
+    assert provider.prepare(samples)
+    assert KernelUtils(fresh_inputs_per_sample=1).validate(F.conv2d, provider, samples) == []
+
+
+def test_patch_conv_refuses_what_is_not_a_patch_embedding():
+    from forge.providers import PatchConvProvider
+
+    provider = PatchConvProvider()
+    assert not provider.prepare([_patch_sample(padding=1)])
+    assert not provider.prepare([_patch_sample(groups=1, dilation=2)])
+    x, w, b = _patch_sample().args
+    assert not provider.prepare([Sample((x, w, b), {"stride": 4})])  # overlapping windows
+    assert not provider.prepare([Sample((x[:, :, :30, :30], w, b), {"stride": 8})])  # not a whole number of patches

@@ -1,0 +1,114 @@
+"""Plans on real models, in every way they run: the product's own path (`make_plan` with the static providers, its
+end-to-end check in the plan's mode) and then the six-variant report with kernel profiles (where the time went).
+
+Why a tool: "a plan never makes a real model slower" is a claim about Hugging Face, timm and diffusers models on a
+GPU, and it has to be re-measured whenever the check, the runtime or a provider changes. Each run writes one JSON
+file per model (the candidate report, the end-to-end check with its verdicts, the six-variant table, per-mode
+kernel summaries and the by-function / by-kernel diffs) so that runs on a noisy host can be compared.
+
+    python -m benchmarks.real_models --models timm-vit diffusers-unet hf-llama --out runs/real \\
+        [--execution eager] [--force conv2d] [--blocks 6] [--e2e-blocks 8]
+
+`--force NAME`: besides the checked plan, report a plan holding the selected candidate for NAME even if the
+end-to-end check dropped it (to see in the profile diff where its time went). Models come from
+`forge.demos.libraries` (full size on CUDA, tiny on the CPU); providers are `forge.providers.default_providers`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from forge.checking import KernelUtils
+from forge.demos import get_demo
+from forge.end_to_end import compare_end_to_end
+from forge.optimizer import KernelOptimizer
+from forge.plan import KernelOptimizationPlan
+from forge.providers import default_providers
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    if frame is None:
+        return []
+    return json.loads(frame.to_json(orient="records", default_handler=str))
+
+
+def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, blocks: int) -> dict[str, Any]:
+    started = time.monotonic()
+    report = compare_end_to_end(model, data, plan, blocks=blocks, profile=True)
+    modes = {}
+    for execution in ("eager", "cuda_graphs", "compile"):
+        diff = report.kernel_diff(execution)
+        if diff is not None:
+            modes[execution] = {"summary": diff.summary(), "by_function": _records(diff.by_function()),
+                                "by_kernel": _records(diff.by_kernel(40))}
+    return {"plan": name, "functions": plan.functions, "six_variants": _records(report.frame()),
+            "kernels": _records(report.kernel_summary()), "modes": modes, "seconds": time.monotonic() - started}
+
+
+def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
+              e2e_blocks: int) -> dict[str, Any]:
+    demo = get_demo(demo_name)
+    model, data = demo.model(device), demo.inputs(device)
+    started = time.monotonic()
+    optimizer = KernelOptimizer(kernel_providers=default_providers(device), kernel_utils=KernelUtils(),
+                                end_to_end_blocks=e2e_blocks)
+    plan = optimizer.make_plan(model, data, execution=execution)
+    result: dict[str, Any] = {
+        "model": demo_name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "execution": execution, "plan_seconds": time.monotonic() - started,
+        "profile": _records(optimizer.profile_summary), "candidates": _records(optimizer.report),
+        "end_to_end_check": _records(optimizer.end_to_end), "plan_functions": plan.functions, "reports": [],
+    }
+    if len(plan):
+        result["reports"].append(_report("checked plan", plan, model, data, blocks))
+    forced = [entry for entry in optimizer.selected_entries if entry.function in force]
+    if forced and {e.function for e in forced} != set(plan.functions):
+        result["reports"].append(_report(f"forced: {', '.join(e.function for e in forced)}",
+                                         KernelOptimizationPlan(entries=tuple(forced), execution=execution),
+                                         model, data, blocks))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["timm-vit", "diffusers-unet", "hf-llama"])
+    parser.add_argument("--execution", default="eager", choices=["eager", "cuda_graphs", "compile"])
+    parser.add_argument("--force", nargs="*", default=[], help="functions to report even when the check drops them")
+    parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of the six-variant report")
+    parser.add_argument("--e2e-blocks", type=int, default=8, help="blocks of make_plan's end-to-end check")
+    parser.add_argument("--out", type=Path, default=Path("runs/real_models"))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    for name in args.models:
+        print(f"== {name} ({args.execution}) ==", flush=True)
+        try:
+            result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks)
+        except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
+            logging.exception("%s failed", name)
+            result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
+        path = args.out / f"{name}-{args.execution}.json"
+        path.write_text(json.dumps(result, indent=1, default=str))
+        print(json.dumps({k: result.get(k) for k in ("model", "plan_functions", "plan_seconds", "error")}),
+              flush=True)
+        for report in result.get("reports", []):
+            print(report["plan"], json.dumps(report["kernels"]), flush=True)
+            for row in report["six_variants"]:
+                print(f"  {row['variant']:22} {row['median_ms']}  same-mode {row['speedup_vs_same_mode']} "
+                      f"won {row['blocks_won']}  {row['note']}", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
