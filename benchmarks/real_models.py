@@ -41,15 +41,19 @@ def _records(frame: Any) -> list[dict[str, Any]]:
 
 def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, blocks: int) -> dict[str, Any]:
     started = time.monotonic()
+    phase_start = time.time()
     report = compare_end_to_end(model, data, plan, blocks=blocks, profile=True)
+    phase_end = time.time()
     modes = {}
     for execution in ("eager", "cuda_graphs", "compile"):
         diff = report.kernel_diff(execution)
         if diff is not None:
             modes[execution] = {"summary": diff.summary(), "by_function": _records(diff.by_function()),
                                 "by_kernel": _records(diff.by_kernel(40))}
-    return {"plan": name, "functions": plan.functions, "six_variants": _records(report.frame()),
-            "kernels": _records(report.kernel_summary()), "modes": modes, "seconds": time.monotonic() - started}
+    blocks = {row.variant: list(row.block_medians_ms) for row in report.rows}
+    return {"plan": name, "functions": plan.functions, "six_variants": _records(report.frame()), "blocks": blocks,
+            "kernels": _records(report.kernel_summary()), "modes": modes, "seconds": time.monotonic() - started,
+            "wall_clock": [phase_start, phase_end]}
 
 
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
@@ -86,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/real_models"))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("forge.progress").setLevel(logging.INFO)
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
+    clocks = _clock_log(args.out / "clocks.csv") if device.type == "cuda" else None
     for name in args.models:
         print(f"== {name} ({args.execution}) ==", flush=True)
         try:
@@ -107,7 +113,22 @@ def main(argv: list[str] | None = None) -> int:
                       f"won {row['blocks_won']}  {row['note']}", flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    if clocks is not None:
+        clocks.terminate()
     return 0
+
+
+def _clock_log(path: Path) -> Any:
+    """`nvidia-smi` sampling SM clock and load every 200 ms into `path` (the GPU idles at 345 MHz on the H200
+    host and ramps to 1980 under load: timings taken while it ramps are slower)."""
+    import subprocess
+
+    try:
+        return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,utilization.gpu,power.draw",
+                                 "--format=csv,noheader", "-lms", "200"], stdout=path.open("w"),
+                                stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def time_model(
     execution = parse_execution(execution)
     mode = TimingMode.DEVICE if execution is Execution.CUDA_GRAPHS and device.type == "cuda" else TimingMode.EAGER
     return benchmark(lambda: run(), [Sample((), {})], rounds=rounds, min_run_time_s=min_run_time_s, warmup=warmup,
-                     mode=mode, flush_l2=device.type == "cuda")
+                     mode=mode, flush_l2=device.type == "cuda", device=device)
 
 
 def sign_test_p(wins: int, blocks: int) -> float:

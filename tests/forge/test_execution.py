@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils, benchmark
-from forge.end_to_end import ModelRunner, compare_end_to_end
+from forge.end_to_end import ModelRunner, compare_end_to_end, time_model
 from forge.execution import Execution, TimingMode, parse_execution, parse_timing_mode
 from forge.optimizer import KernelOptimizer
 from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError
@@ -173,3 +173,26 @@ def test_device_mode_replays_a_cuda_graph_and_refuses_uncapturable_callables() -
     assert torch.cuda.current_stream() == stream
     assert torch.randn(4, device="cuda").shape == (4,)
     assert benchmark(F.silu, [Sample((x,), {})], mode="device", rounds=3).runs >= 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
+def test_a_whole_model_timing_runs_on_the_device_it_is_given() -> None:
+    """A whole model is timed as `fn()` with no tensor arguments: its device comes from the caller. Deriving it from
+    the (empty) samples timed CUDA models with the CPU timer: launch time, never synchronised, never a graph."""
+    with pytest.raises(ValueError, match="cannot time on cuda: CUDA is not available"):
+        benchmark(lambda: None, [Sample((), {})], device="cuda", rounds=1, min_run_time_s=0)
+
+
+@cuda
+def test_whole_model_timing_counts_the_device_work_in_every_mode() -> None:
+    class Sleeper(nn.Module):
+        def forward(self, x):
+            torch.cuda._sleep(2_000_000)  # ~1 ms of device time, microseconds of host time
+            return x + 1
+
+    model, data = Sleeper(), [Sample((torch.randn(8, device="cuda"),), {})]
+    for execution in ("eager", "cuda_graphs"):
+        runner = ModelRunner(model, data, execution=execution)
+        result = time_model(runner, execution=execution, device=torch.device("cuda"), rounds=5, min_run_time_s=0)
+        assert result.median_ms > 0.3, (execution, result)
+        assert result.mode == ("device" if execution == "cuda_graphs" else "eager")
