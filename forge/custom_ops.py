@@ -38,6 +38,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from forge.functional import original_function
 from forge.provider import KernelProvider
 from forge.samples import Sample, TensorSpec, iter_leaves, map_values, signature_of
 
-__all__ = ["NAMESPACE", "DispatchStats", "ProviderOp", "provider_op"]
+__all__ = ["NAMESPACE", "DispatchStats", "PlanModeWarning", "ProviderOp", "provider_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,19 +58,42 @@ NAMESPACE = "kforge"
 _SCHEMA = "(Tensor[] tensors, int index) -> Tensor[]"
 
 
+class PlanModeWarning(UserWarning):
+    """A plan runs in a way it was not made for (`KernelOptimizationPlan.execution`): its kernels were selected by
+    that mode's clock and checked end to end in that mode only. On the H200 a plan made for CUDA graphs (timm ViT:
+    1.18x there) ran the model at 0.60x eager and 0.45x under `torch.compile`."""
+
+
+def warn_mode(made_for: str, running: str, function: str) -> None:
+    message = (f"a kernel-forge plan made for {made_for} runs under {running} here ({function}): its kernels were "
+               f"chosen and checked for {made_for} only and may make this model slower; make a plan for this mode "
+               f"(make_plan(..., execution={running!r}) or `kforge optimize --execution {running}`)")
+    logger.warning(message)
+    warnings.warn(message, PlanModeWarning, stacklevel=3)
+
+
 class DispatchStats:
     """Counters of one runtime's function: calls sent to the provider, to PyTorch (the guard said no), failures.
 
     Compiled graphs count each call whose Python runs; CUDA-graph replays run no Python and are not counted. Plain
-    `+=` under the GIL: exact in one thread, approximate when several threads dispatch at once.
+    `+=` under the GIL: exact in one thread, approximate when several threads dispatch at once. `execution`: the
+    mode the plan was made for (a call seen in another mode warns once per mode: `note_mode`).
     """
 
-    __slots__ = ("provider_calls", "fallback_calls", "provider_errors", "__weakref__")
+    __slots__ = ("provider_calls", "fallback_calls", "provider_errors", "execution", "modes_warned", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, execution: str | None = None) -> None:
         self.provider_calls = 0
         self.fallback_calls = 0
         self.provider_errors = 0
+        self.execution = execution
+        self.modes_warned: set[str] = set()
+
+    def note_mode(self, running: str, function: str) -> None:
+        """Warn (once per mode) when `running` is not the mode the plan was made for."""
+        if self.execution is not None and running != self.execution and running not in self.modes_warned:
+            self.modes_warned.add(running)
+            warn_mode(self.execution, running, function)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -241,6 +265,8 @@ class ProviderOp:
         args, kwargs = call.rebuild(tensors)
         provider = self._provider()
         stats = self._stats(provider)
+        if stats.execution is not None and stats.execution != "compile":
+            stats.note_mode("compile", self.function)
         if provider is not None and self._validated(call, signature_of(args, kwargs)):
             try:
                 out = call.conform(provider(*args, **kwargs), tensors)

@@ -508,6 +508,8 @@ def compare_end_to_end(
             try:
                 run = ModelRunner(model, samples, execution=execution, plan=plan if with_plan else None,
                                   compile_options=compile_options)
+                if run.runtime is not None:  # every mode on purpose; the note says which one the plan is for
+                    run.runtime.silence_mode_warnings()
                 with torch.no_grad():
                     outputs = _graph_outputs(run, device) if execution is Execution.CUDA_GRAPHS else run(clone=True)
                     if device.type == "cuda":
@@ -537,9 +539,12 @@ def compare_end_to_end(
             label = labels[execution] + (" + plan" if with_plan else "")
             result = summarize(times[key], str(device)) if times.get(key) else None
             error = errors.get(key)
+            note = notes.get(key, "")
+            if with_plan and len(plan) and plan.execution is not execution and not note:
+                note = f"plan made for {plan.execution.value}"
             rows.append(VariantResult(
                 variant=label, execution=execution, with_plan=with_plan, result=result, max_abs_error=error,
-                correct=None if error is None else bool(error <= tolerance), note=notes.get(key, ""),
+                correct=None if error is None else bool(error <= tolerance), note=note,
                 block_medians_ms=tuple(medians.get(key, ())),
             ))
     return EndToEndReport(rows=tuple(rows), blocks=blocks, profiles=profiles)

@@ -288,15 +288,19 @@ class KernelOptimizationPlan:
             raise PlanLoadError(f"plan file {path}: " + str(exc).replace("FILE", str(path))) from exc
 
     # -- use ----------------------------------------------------------------------------------------------
-    def runtime(self, module: nn.Module) -> KernelProviderRuntime:
+    def runtime(self, module: nn.Module, *, execution: Execution | str | None = None) -> KernelProviderRuntime:
+        """The runtime that applies this plan to `module`; `execution`: how it will run (a plan made for another
+        mode warns, `forge.runtime.PlanModeWarning`)."""
         from forge.runtime import KernelProviderRuntime
 
-        return KernelProviderRuntime(module, self)
+        return KernelProviderRuntime(module, self, execution=execution)
 
     @contextlib.contextmanager
-    def apply(self, module: nn.Module) -> Iterator[KernelProviderRuntime]:
-        """Inside the block, `module(...)` runs with the planned providers (under `torch.no_grad()`)."""
-        runtime = self.runtime(module)
+    def apply(self, module: nn.Module, *, execution: Execution | str | None = None
+              ) -> Iterator[KernelProviderRuntime]:
+        """Inside the block, `module(...)` runs with the planned providers (under `torch.no_grad()`); `execution` as
+        for `runtime`."""
+        runtime = self.runtime(module, execution=execution)
         with runtime.applied():
             yield runtime
 

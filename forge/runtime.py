@@ -52,16 +52,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from forge.custom_ops import DispatchStats, ProviderOp, provider_op
+from forge.custom_ops import DispatchStats, PlanModeWarning, ProviderOp, provider_op
+from forge.execution import Execution, parse_execution
 from forge.functional import original_function
 from forge.profiler.kernels import PLAN_LABEL
-from forge.samples import Sample, TensorSpec, signature_of
+from forge.samples import Sample, TensorSpec, iter_leaves, signature_of
 
 if TYPE_CHECKING:
     from forge.plan import KernelOptimizationPlan, PlanEntry
     from forge.provider import KernelProvider
 
-__all__ = ["KernelProviderRuntime", "DispatchStats", "patched_functions"]
+__all__ = ["KernelProviderRuntime", "DispatchStats", "PlanModeWarning", "patched_functions"]
 
 logger = logging.getLogger(__name__)
 
@@ -441,11 +442,23 @@ def _skip_in_dynamo(fn: Callable) -> Callable:
 class KernelProviderRuntime:
     """Applies a `KernelOptimizationPlan` to a module: its forwards run the plan's providers (see module doc)."""
 
-    def __init__(self, module: nn.Module, plan: KernelOptimizationPlan) -> None:
+    def __init__(self, module: nn.Module, plan: KernelOptimizationPlan, *, execution: Execution | str | None = None
+                 ) -> None:
+        """`execution`: how the caller will run the model, when it knows; a plan made for another mode warns
+        (`PlanModeWarning`). Without it, the runtime warns when it sees the mismatch itself: an eager plan captured
+        in a CUDA graph, or a plan not made for compile running inside `torch.compile` (an eager run of a CUDA-graph
+        plan is the warm-up every capture needs, so it does not warn)."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"a plan is applied to an nn.Module, got {type(module).__name__}")
         self.module = module
         self.plan = plan
+        self._mode_watch = DispatchStats(plan.execution.value)
+        if execution is not None:
+            self._mode_watch.note_mode(parse_execution(execution).value, "applying it")
+        self._watch_capture = plan.execution is Execution.EAGER and torch.cuda.is_available() and any(
+            str(leaf.device).startswith("cuda") for entry in plan.entries for sample in entry.signatures
+            for leaf in iter_leaves((tuple(sample.args), dict(sample.kwargs)))
+            if isinstance(leaf, (TensorSpec, torch.Tensor)))
         self.stats: dict[str, DispatchStats] = {}
         self._dispatch: dict[str, tuple[frozenset, Callable, DispatchStats, Callable]] = {}
         self._local = _RuntimeThreadState()
@@ -464,9 +477,16 @@ class KernelProviderRuntime:
                     f"torch.nn.functional has no attribute {name!r}; this plan needs another torch version"
                 )
             entry.provider.load_runtime_dependencies()
-            stats = DispatchStats()
+            stats = DispatchStats(plan.execution.value)
             self.stats[name] = stats
             self._dispatch[name] = (entry.signature_keys, entry.provider, stats, self._compiled_path(entry))
+
+    def silence_mode_warnings(self) -> None:
+        """No `PlanModeWarning` from this runtime (a report that runs the plan in every mode on purpose)."""
+        every = {e.value for e in Execution}
+        self._mode_watch.modes_warned.update(every)
+        for stats in self.stats.values():
+            stats.modes_warned.update(every)
 
     @staticmethod
     def _compiled_path(entry: PlanEntry) -> Callable[[Entry, tuple, dict], Any]:
@@ -503,6 +523,8 @@ class KernelProviderRuntime:
         routers_by_name = dict(routers)
         originals = {name: original_function(name) for name, _ in routers}
         warn = _warn_replaced
+        watch_capture, watch = self._watch_capture, self._mode_watch
+        capturing = torch.cuda.is_current_stream_capturing
 
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._wrapper is None:  # deactivated while another wrapper still calls this one
@@ -529,6 +551,8 @@ class KernelProviderRuntime:
                         displaced = table.get(name)
                         saved[name] = displaced
                         table[name] = (keys, provider, stats, compiled, displaced)
+                    if watch_capture and capturing():
+                        watch.note_mode(Execution.CUDA_GRAPHS.value, "a CUDA-graph capture")
                 return inner(*args, **kwargs)
             finally:
                 local.depth = depth
