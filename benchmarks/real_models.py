@@ -69,6 +69,10 @@ def run_model(demo_name: str, device: torch.device, execution: str, force: list[
         "torch": torch.__version__, "execution": execution, "plan_seconds": time.monotonic() - started,
         "profile": _records(optimizer.profile_summary), "candidates": _records(optimizer.report),
         "end_to_end_check": _records(optimizer.end_to_end), "plan_functions": plan.functions, "reports": [],
+        "clock": None if optimizer.clock is None else {"timing": optimizer.clock.timing.value,
+                                                       "device_ms": optimizer.clock.device_ms,
+                                                       "wall_ms": optimizer.clock.wall_ms,
+                                                       "reason": optimizer.clock.reason},
     }
     if len(plan):
         result["reports"].append(_report("checked plan", plan, model, data, blocks))
