@@ -358,6 +358,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     compile_options = {"mode": args.compile_mode} if args.compile_mode != "default" else {}
     plan = optimizer.make_plan(model, data, execution=args.execution, compile_options=compile_options)
     _print_table("profile (time per forward pass)", optimizer.profile_summary)
+    if optimizer.module_profile is not None:
+        _print_table("hot module classes (device ms per forward; self: launched by the class's own forward, "
+                     "outside_f: not inside a torch.nn.functional call)", _hot_modules(optimizer.module_profile))
     _print_table("candidates", optimizer.report)
     if optimizer.end_to_end is not None:
         _print_table("end-to-end check (the whole model with and without the selected kernels)", optimizer.end_to_end)
@@ -367,6 +370,13 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     if args.benchmark:
         _end_to_end(model, data, plan, compile_options)
     return 0
+
+
+def _hot_modules(profile: Any, top: int = 10) -> pd.DataFrame:
+    hot = profile.hot(top).copy()
+    hot["module_class"] = hot["module_class"].map(lambda name: name.rsplit(".", 1)[-1])
+    return hot[["module_class", "leaf", "calls", "self_ms", "outside_f_ms", "self_pct", "outside_f_pct",
+                "inclusive_ms"]]
 
 
 def _save_plan(plan: Any, out: str) -> None:

@@ -68,6 +68,7 @@ from forge.outcome import (
 )
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
+from forge.profiler.modules import ModuleProfile, profile_modules
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
@@ -224,6 +225,7 @@ class KernelOptimizer:
         self.plan_check: PlanCheck | None = None
         self.selected_entries: tuple[PlanEntry, ...] = ()
         self.clock: ClockChoice | None = None  # the clock of the last make_plan's selection
+        self.module_profile: ModuleProfile | None = None  # kernel time by module class of the last make_plan
         self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
         self.profile_summary: pd.DataFrame | None = None
         self._rows: list[dict[str, Any]] = []
@@ -288,6 +290,7 @@ class KernelOptimizer:
         self._compile_options = dict(compile_options or {})
         self._timing_utils = dataclasses.replace(self.kernel_utils, timing=execution.timing_mode)
         self.clock = None
+        self.module_profile = None
         clock = Stopwatch()
 
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
@@ -311,6 +314,7 @@ class KernelOptimizer:
             self.profile_summary = summary
             return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
 
+        self.module_profile = self._profile_modules(function, data, module, profile)
         self.clock = self._choose_clock(function, data, module, profile, execution)
         self._timing_utils = dataclasses.replace(self.kernel_utils, timing=self.clock.timing)
         progress("selection clock: %s (%s)", self.clock.timing.value, self.clock.reason)
@@ -358,6 +362,22 @@ class KernelOptimizer:
         return plan
 
     # -- phases -------------------------------------------------------------------------------------------
+    def _profile_modules(self, function: Callable, data: Sequence[Any] | None, module: nn.Module,
+                         profile: Any) -> ModuleProfile | None:
+        """Kernel time by module class (`forge.profiler.modules`): the hot classes beside the hot functions."""
+        samples = normalize_data(data) or [Sample((), {})]
+        runner = ModelRunner(module, samples, function=function)
+        device = torch.device("cuda") if getattr(profile, "device", "cpu") == "cuda" else samples_device(samples)
+        try:
+            found = profile_modules(runner, module, device=device)
+        except Exception as exc:  # noqa: BLE001 - a report, never a reason to stop
+            logger.warning("profiling by module failed (%s); the plan is made without it", exc)
+            return None
+        finally:
+            runner.close()
+        logger.info("Hot module classes:\n%s", found.hot().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        return found
+
     def _choose_clock(self, function: Callable, data: Sequence[Any] | None, module: nn.Module, profile: Any,
                       execution: Execution) -> ClockChoice:
         """The clock kernels are selected by (`forge.execution.clock_for`): in eager on CUDA, one short host-inclusive

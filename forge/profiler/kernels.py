@@ -159,7 +159,7 @@ def _label_of(event: Any) -> str | None:
     return nearest
 
 
-def _launcher(candidates: list[Any]) -> Any | None:
+def launching_call(candidates: list[Any]) -> Any | None:
     calls = [e for e in candidates if not getattr(e, "is_user_annotation", False)
              and not (e.name or "").startswith((FUNCTION_LABEL, PLAN_LABEL))]
     for event in calls:
@@ -184,7 +184,7 @@ def _rows(events: list[Any], on_cuda: bool) -> list[tuple[str, str | None, float
             continue
         if (event.name or "").startswith((FUNCTION_LABEL, PLAN_LABEL)):
             continue  # the GPU-side mirror of a label
-        launcher = _launcher(cpu_by_id.get(event.id, []))
+        launcher = launching_call(cpu_by_id.get(event.id, []))
         label = _label_of(launcher) if launcher is not None else None
         rows.append((event.name, label, float(event.time_range.end - event.time_range.start)))
     return rows
@@ -215,6 +215,9 @@ def profile_kernels(
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
     on_cuda = device.type == "cuda"
+    from forge.profiler.module_profiler import _quiet_kineto
+
+    _quiet_kineto()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_cuda:
         from forge.profiler.module_profiler import prime_cuda_profiler

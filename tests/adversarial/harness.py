@@ -53,7 +53,8 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_TIMEOUT_S = 420.0
 # Statuses of the optimizer's report that mean the candidate passed the oracle and was timed.
-_TIMED_STATUSES = {"selected", "valid", "slower", "not significant", "dropped (not faster end to end)", "not_capturable"}
+_TIMED_STATUSES = {"selected", "valid", "slower", "not significant", "dropped (not faster end to end)",
+                   "not_capturable"}
 _LAUNCH_WORDS = re.compile(r"launch[ _-]?check|outside (?:of )?(?:its|the candidate's|the) (?:own )?kernel|"
                            r"computation outside|no (?:triton )?kernel (?:was )?launched|never launched|"
                            r"(?:aten|torch|pytorch) (?:ops?|operators?) (?:ran|were run|called)", re.I)

@@ -1,0 +1,183 @@
+"""Kernel time by module class: which `nn.Module` classes of a model hold its time, and how much of it is not a
+`torch.nn.functional` call.
+
+Why: kernel-forge replaces F calls, and on real models much of the time is not one. On the H200 a third of the
+Hugging Face Llama's kernel time was outside F calls: `LlamaRMSNorm` (pow, mean, rsqrt and casts, no F call at all)
+held 15%, and the rotary embedding, residual adds, the SwiGLU multiply and dtype casts sat in non-leaf forwards.
+This profile names those classes, so a user (and the generator) sees what a module-level kernel could take.
+
+How: every submodule's forward runs inside a `record_function("kforge.mod::<qualified class>")` range (forward
+pre-hook and an always-called forward hook), and every F call inside its `kforge.fn::<name>` label
+(`forge.profiler.kernels.labelled_functions`). A kernel (CUDA) or an ATen op's self time (CPU) then belongs to:
+- `self`: the innermost module whose forward launched it (for a leaf class, everything it does);
+- `inclusive`: every distinct class on the way up (a decoder layer includes its attention and MLP);
+- `in_f` / `outside_f`: the part of `self` launched inside an F call, and the rest (the glue written in the module's
+  own forward: residual adds, casts, elementwise math).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+from torch.autograd import DeviceType
+
+from forge.profiler.kernels import FUNCTION_LABEL, PLAN_LABEL, labelled_functions, launching_call
+
+__all__ = ["MODULE_LABEL", "MODULE_COLUMNS", "ModuleProfile", "module_labels", "profile_modules"]
+
+MODULE_LABEL = "kforge.mod::"
+MODULE_COLUMNS = ["module_class", "leaf", "instances", "calls", "self_ms", "in_f_ms", "outside_f_ms",
+                  "inclusive_ms", "self_pct", "outside_f_pct"]
+
+
+def _class_name(module: nn.Module) -> str:
+    kind = type(module)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+@contextlib.contextmanager
+def module_labels(root: nn.Module) -> Iterator[dict[str, tuple[bool, int]]]:
+    """Every submodule of `root` (itself included) runs inside its class's label while the block runs; yields the
+    classes seen: qualified name -> (leaf, instances). Hooks are removed after, also on error."""
+    classes: dict[str, tuple[bool, int]] = {}
+    handles = []
+    stacks: dict[int, list[Any]] = defaultdict(list)
+    for module in root.modules():
+        name = _class_name(module)
+        leaf = next(module.children(), None) is None
+        seen_leaf, count = classes.get(name, (True, 0))
+        classes[name] = (seen_leaf and leaf, count + 1)
+        label = MODULE_LABEL + name
+
+        def enter(mod: nn.Module, args: Any, _label: str = label) -> None:
+            scope = torch.profiler.record_function(_label)
+            scope.__enter__()
+            stacks[id(mod)].append(scope)
+
+        def leave(mod: nn.Module, args: Any, output: Any) -> None:
+            stack = stacks.get(id(mod))
+            if stack:
+                stack.pop().__exit__(None, None, None)
+
+        handles.append(module.register_forward_pre_hook(enter))
+        handles.append(module.register_forward_hook(leave, always_call=True))
+    try:
+        yield classes
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@dataclass(frozen=True)
+class ModuleProfile:
+    """Per module class: device ms per pass (`frame`, largest self time first) and the model's total."""
+
+    frame: pd.DataFrame
+    total_ms: float
+    passes: int
+
+    def hot(self, top: int = 10) -> pd.DataFrame:
+        """The classes holding the most self time (what a module kernel would replace)."""
+        return self.frame.head(top)
+
+
+def _chain(event: Any) -> tuple[list[str], bool]:
+    """Module classes from the innermost outwards, and whether the innermost module's part is inside an F call."""
+    modules: list[str] = []
+    in_f = False
+    current = event
+    while current is not None:
+        name = getattr(current, "name", None) or ""
+        if name.startswith(MODULE_LABEL):
+            modules.append(name[len(MODULE_LABEL):])
+        elif not modules and name.startswith((FUNCTION_LABEL, PLAN_LABEL)):
+            in_f = True
+        current = getattr(current, "cpu_parent", None)
+    return modules, in_f
+
+
+def _timed_events(events: list[Any], on_cuda: bool) -> Iterator[tuple[Any, float]]:
+    """(the CPU event to attribute, µs) per device kernel (CUDA) or per ATen op's self time (CPU)."""
+    if not on_cuda:
+        for event in events:
+            if event.device_type == DeviceType.CPU and (event.name or "").startswith("aten::") \
+                    and not getattr(event, "is_async", False):
+                yield event, float(event.self_cpu_time_total)
+        return
+    cpu_by_id: dict[int, list[Any]] = defaultdict(list)
+    for event in events:
+        if event.device_type == DeviceType.CPU and not getattr(event, "is_async", False):
+            cpu_by_id[event.id].append(event)
+    for event in events:
+        if event.device_type == DeviceType.CPU or getattr(event, "is_user_annotation", False):
+            continue
+        if (event.name or "").startswith((MODULE_LABEL, FUNCTION_LABEL, PLAN_LABEL)):
+            continue
+        launcher = launching_call(cpu_by_id.get(event.id, []))
+        if launcher is not None:
+            yield launcher, float(event.time_range.end - event.time_range.start)
+
+
+def profile_modules(run: Callable[[], Any], model: nn.Module, *, device: torch.device, passes: int = 1
+                    ) -> ModuleProfile:
+    """Profile `passes` calls of `run` (which calls `model`; already warmed up) and attribute device time to
+    module classes (see the module docstring)."""
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    on_cuda = device.type == "cuda"
+    from forge.profiler.module_profiler import _quiet_kineto
+
+    _quiet_kineto()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if on_cuda:
+        from forge.profiler.module_profiler import prime_cuda_profiler
+
+        prime_cuda_profiler()
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            prof = stack.enter_context(torch.profiler.profile(activities=activities))
+        classes = stack.enter_context(module_labels(model))
+        stack.enter_context(labelled_functions())
+        for _ in range(passes):
+            run()
+        if on_cuda:
+            torch.cuda.synchronize(device)
+    events = list(prof.events())
+    calls = defaultdict(int)
+    for event in events:
+        if event.device_type == DeviceType.CPU and (event.name or "").startswith(MODULE_LABEL):
+            calls[event.name[len(MODULE_LABEL):]] += 1
+    self_us, in_f_us, inclusive_us = defaultdict(float), defaultdict(float), defaultdict(float)
+    total = 0.0
+    for event, us in _timed_events(events, on_cuda):
+        modules, in_f = _chain(event)
+        if not modules:
+            continue  # outside the model
+        total += us
+        self_us[modules[0]] += us
+        if in_f:
+            in_f_us[modules[0]] += us
+        for name in set(modules):
+            inclusive_us[name] += us
+    rows = []
+    for name, (leaf, instances) in classes.items():
+        own = self_us.get(name, 0.0) / passes / 1000.0
+        inside = in_f_us.get(name, 0.0) / passes / 1000.0
+        rows.append({"module_class": name, "leaf": leaf, "instances": instances, "calls": calls.get(name, 0) / passes,
+                     "self_ms": own, "in_f_ms": inside, "outside_f_ms": own - inside,
+                     "inclusive_ms": inclusive_us.get(name, 0.0) / passes / 1000.0,
+                     "self_pct": 100.0 * own * passes * 1000.0 / total if total else 0.0,
+                     "outside_f_pct": 100.0 * (own - inside) * passes * 1000.0 / total if total else 0.0})
+    frame = pd.DataFrame(rows, columns=MODULE_COLUMNS).sort_values("self_ms", ascending=False, ignore_index=True)
+    return ModuleProfile(frame, total / passes / 1000.0, passes)
