@@ -76,3 +76,13 @@ class DoublingReluProvider(_FunctionProvider, type_name="test_marker_relu"):
     def _call(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         self.calls += 1
         return torch.clamp_min(x, 0)
+
+
+class SiluBySigmoidProvider(_FunctionProvider, type_name="test_silu_by_sigmoid"):
+    """silu as x * sigmoid(x), counting calls (a plan for the Hugging Face Llama's MLP activation)."""
+
+    function_name = "silu"
+
+    def _call(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        self.calls += 1
+        return x * torch.sigmoid(x)
