@@ -318,7 +318,7 @@ def _load_demo(name: str, device: str) -> tuple[nn.Module, list[Sample], str]:
 def _cmd_optimize(args: argparse.Namespace) -> int:
     from forge.checking import KernelUtils
     from forge.optimizer import KernelOptimizer, default_generation_timeout
-    from forge.providers import default_providers
+    from forge.providers import CompiledModuleProvider, default_providers
 
     device = _pick_device(args.device)
     if (args.demo is not None) == bool(args.target):
@@ -350,6 +350,8 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         kernel_generators=generators,
         kernel_utils=KernelUtils(),
         provider_min_time_share_percent=args.provider_threshold,
+        module_sources=[] if args.no_static else [CompiledModuleProvider],
+        module_min_time_share_percent=args.module_threshold,
         generator_min_time_share_percent=args.generator_threshold,
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
@@ -581,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep per-function winners without timing the whole model with and without them")
     opt.add_argument("--provider-threshold", type=percent_argument, default=0.0, metavar="PCT",
                      help="minimum time share for static providers (default 0)")
+    opt.add_argument("--module-threshold", type=percent_argument, default=3.0, metavar="PCT",
+                     help="minimum share of kernel time outside F calls in a module class's own forward for a "
+                          "module kernel (torch.compile of the class's forward; default 3)")
     opt.add_argument("--generator-threshold", type=percent_argument, default=10.0, metavar="PCT",
                      help="minimum time share for kernel generation (default 10)")
     opt.add_argument("--generation-timeout", type=seconds_argument, default=None, metavar="S",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -58,6 +59,8 @@ from forge.environment import environment_fingerprint
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, Judge
+from forge.judging.modules import ReferenceModel
+from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, record_module_calls
 from forge.outcome import (
     CandidateAbort,
     CandidateCall,
@@ -138,6 +141,11 @@ def default_generation_timeout() -> float:
     return value
 
 
+def _nested(a: nn.Module, b: nn.Module) -> bool:
+    """Whether one of the two modules contains the other (or they are the same)."""
+    return a is b or any(m is b for m in a.modules()) or any(m is a for m in b.modules())
+
+
 def _as_list(value: Any, kind: type, label: str) -> list:
     if value is None:
         return []
@@ -198,6 +206,8 @@ class KernelOptimizer:
         end_to_end_check: bool = True,
         end_to_end_blocks: int = 8,
         judge: Judge | None = None,
+        module_sources: Sequence[Callable[[str], ModuleKernelProvider]] | None = None,
+        module_min_time_share_percent: float = 3.0,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
         self.kernel_generators: list[KernelGenerator] = _as_list(
@@ -221,6 +231,11 @@ class KernelOptimizer:
         if isinstance(end_to_end_blocks, bool) or not isinstance(end_to_end_blocks, int) or end_to_end_blocks < 1:
             raise ValueError(f"end_to_end_blocks must be an int >= 1, got {end_to_end_blocks!r}")
         self.end_to_end_blocks = end_to_end_blocks
+        # Module kernels (forge.modules): a factory per source, called with a qualified class name; the classes tried
+        # are those whose own forwards hold at least this share of the kernel time outside F calls.
+        self.module_sources = list(module_sources or [])
+        self.module_min_time_share_percent = _check_percent("module_min_time_share_percent",
+                                                            module_min_time_share_percent)
         self.end_to_end: pd.DataFrame | None = None
         self.plan_check: PlanCheck | None = None
         self.selected_entries: tuple[PlanEntry, ...] = ()
@@ -296,11 +311,11 @@ class KernelOptimizer:
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
         provider_names = {p.supported_function for p in self.kernel_providers}
         generator_names = set().union(*generator_support.values()) if generator_support else set()
-        if not self.kernel_providers and not self.kernel_generators:
+        if not self.kernel_providers and not self.kernel_generators and not self.module_sources:
             logger.info("No kernel sources configured: returning an empty plan.")
             return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
         supported = provider_names | generator_names
-        if not supported:
+        if not supported and not self.module_sources:
             logger.info("No supported kernel functions: returning an empty plan.")
             return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
 
@@ -349,6 +364,7 @@ class KernelOptimizer:
         self._evaluate_providers(searches, provider_functions)
         self._collect_generated(searches, tasks, generation_deadline)
         entries = self._select(searches)
+        entries += self._module_entries(function, data, module)
         self.selected_entries = tuple(entries)  # before the end-to-end check
         if entries and self.end_to_end_check:
             entries = self._check_end_to_end(function, data, module, entries)
@@ -377,6 +393,102 @@ class KernelOptimizer:
             runner.close()
         logger.info("Hot module classes:\n%s", found.hot().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return found
+
+    # -- module kernels (forge.modules) --------------------------------------------------------------------
+    def _module_classes(self, module: nn.Module) -> list[str]:
+        """Target names of the classes worth a module kernel, hottest glue first (not the model's own class)."""
+        if not self.module_sources or self.module_profile is None:
+            return []
+        frame = self.module_profile.frame.sort_values("outside_f_ms", ascending=False)
+        root = class_name(module)
+        return [MODULE_PREFIX + row.module_class for row in frame.itertuples()
+                if row.module_class != root and row.outside_f_pct >= self.module_min_time_share_percent]
+
+    def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
+        """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
+        already replaced are skipped."""
+        wanted = self._module_classes(module)
+        if not wanted:
+            return []
+        samples = normalize_data(data) or [Sample((), {})]
+        runner = ModelRunner(module, samples, function=function)
+        try:
+            with torch.no_grad(), record_module_calls(module, set(wanted)) as found:
+                runner()
+        finally:
+            runner.close()
+        taken: list[nn.Module] = []
+        entries: list[PlanEntry] = []
+        for name in wanted:
+            calls = found.get(name)
+            if calls is None:
+                continue
+            instances = [m for group in calls.instances.values() for m in group]
+            if any(_nested(m, t) for m in instances for t in taken):
+                logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
+                continue
+            for key, group in calls.instances.items():
+                for source in self.module_sources:
+                    entry = self._module_candidate(name, source, group, calls.samples[key], calls.counts[key])
+                    if entry is not None:
+                        entries.append(entry)
+                        taken += group
+                        break
+        return entries
+
+    def _module_candidate(self, name: str, source: Callable[[str], ModuleKernelProvider], instances: list[nn.Module],
+                          samples: list[Sample], counts: list[int]) -> PlanEntry | None:
+        """One class's instances of one behaviour (`instance_key`): prepare, judge against the original forward
+        (float64 on an upcast copy of the instance: `ReferenceModel`), time between two baseline runs."""
+        representative = instances[0]
+        try:
+            with candidate_code():
+                provider = source(name[len(MODULE_PREFIX):])
+                progress("%s: preparing %s", name, provider.name)
+                ready = provider.prepare_instances(instances, samples)
+        except Exception as exc:  # noqa: BLE001 - reported
+            self._row(name, str(source), "static", ReportStatus.RUNTIME_ERROR, error=f"prepare raised {_aborted(exc)}")
+            return None
+        if not ready:
+            self._row(name, provider.name, "static", ReportStatus.PREPARE_REFUSED, error="cannot serve these calls")
+            return None
+        original = functools.partial(type(representative).forward, representative)
+        bound = provider.bind(representative)
+        target = FunctionTarget(name, tuple(samples), reference=ReferenceModel(representative))
+        trusted = not getattr(provider, "allows_dispatch_poisoning", True)
+        progress("%s: judging %s", name, provider.name)
+        verdict = self.judge.judge_callable(bound, target, trusted=trusted, kernel_utils=self.kernel_utils)
+        if not verdict.ok:
+            errors = verdict.details.get("errors") or [verdict.message]
+            self._row(name, provider.name, "static", ReportStatus(verdict.status.value),
+                      error="; ".join(map(str, errors[:3])))
+            return None
+        utils = self._timing_utils
+        timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
+        try:
+            first = utils.benchmark(original, timed)
+            with candidate_code():
+                result = utils.benchmark(bound, timed, reference=original)
+            second = utils.benchmark(original, timed)
+        except SpotCheckError as exc:
+            self._row(name, provider.name, "static", ReportStatus.MISMATCH, error=str(exc))
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported
+            self._row(name, provider.name, "static", ReportStatus.RUNTIME_ERROR, error=f"benchmark raised {exc}")
+            return None
+        bracket = Bracket(first, second)
+        baseline = bracket.baseline
+        self._row(name, f"{type(representative).__name__}.forward (PyTorch)", "baseline", ReportStatus.BASELINE,
+                  baseline, baseline=baseline)
+        won = bracket.beaten_by(result)
+        status = ReportStatus.SELECTED if won else (
+            ReportStatus.SLOWER if result.median_ms >= baseline.median_ms else ReportStatus.NOT_SIGNIFICANT)
+        self._row(name, provider.name, "static", status, result, baseline=baseline)
+        if not won:
+            return None
+        return PlanEntry(provider=provider, signatures=tuple(samples), source="static", latency_ms=result.median_ms,
+                         baseline_ms=baseline.median_ms,
+                         description=f"{provider.name} for {len(instances)} instance(s)")
 
     def _choose_clock(self, function: Callable, data: Sequence[Any] | None, module: nn.Module, profile: Any,
                       execution: Execution) -> ClockChoice:

@@ -166,13 +166,20 @@ class KernelOptimizationPlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "entries", tuple(self.entries))
         object.__setattr__(self, "execution", parse_execution(self.execution))
-        seen: set[str] = set()
+        seen: set[Any] = set()
         for entry in self.entries:
             if not isinstance(entry, PlanEntry):
                 raise TypeError(f"plan entries must be PlanEntry objects, got {type(entry).__name__}")
-            if entry.function in seen:
-                raise ValueError(f"a plan holds at most one provider per function; {entry.function!r} appears twice")
-            seen.add(entry.function)
+            # An F call is routed by name (one provider each); a module class's forward by instance: one entry per
+            # behaviour of the class (`forge.modules.instance_key`), never two for the same instances.
+            keys = getattr(entry.provider, "instance_keys", None)
+            owned = [(entry.function, k) for k in keys] if entry.function.startswith("module:") and keys else \
+                [entry.function]
+            twice = next((k for k in owned if k in seen), None)
+            if twice is not None:
+                raise ValueError(f"a plan holds at most one provider per function (a module class: per instance "
+                                 f"behaviour); {entry.function!r} appears twice")
+            seen.update(owned)
 
     @property
     def providers(self) -> tuple[KernelProvider, ...]:

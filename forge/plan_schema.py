@@ -65,7 +65,7 @@ _ENTRY_KEYS = frozenset({"function", "source", "description", "latency_ms", "bas
 _SAMPLE_KEYS = frozenset({"args", "kwargs"})
 _TENSOR_KEYS = frozenset({"shape", "dtype", "device", "stride", "storage_offset", "low", "high", "mean", "std"})
 _VALUE_TAGS = frozenset({"tensor", "dtype", "device", "size", "tuple", "dict", "float"})
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
+_NAME = re.compile(r"(?:module:)?[A-Za-z_][A-Za-z0-9_.]{0,255}")  # an F function, a type, or a module class
 _DEVICE = re.compile(r"(cpu|cuda|meta|mps|xpu|hip)(:[0-9]{1,4})?")
 _NON_FINITE = frozenset({"nan", "inf", "-inf", "+inf"})
 

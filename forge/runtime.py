@@ -55,6 +55,7 @@ from torch import nn
 from forge.custom_ops import DispatchStats, PlanModeWarning, ProviderOp, provider_op
 from forge.execution import Execution, parse_execution
 from forge.functional import original_function
+from forge.modules import MODULE_PREFIX, class_name
 from forge.profiler.kernels import PLAN_LABEL
 from forge.samples import Sample, TensorSpec, iter_leaves, signature_of
 
@@ -411,6 +412,36 @@ def _make_compiled(
     return compiled
 
 
+def _module_forward(entry: PlanEntry, stats: DispatchStats, replacement: Callable[..., Any],
+                    original: Callable[..., Any]) -> Callable[..., Any]:
+    """An instance's forward under a module entry: the replacement on a judged call signature (no grad needed, no
+    tensor subclass), the original forward otherwise, and under a tracer (Dynamo compiles the original forward,
+    which is what a compiled replacement would do; no graph break)."""
+    keys, name = entry.signature_keys, entry.function
+    profiling = torch._C._autograd._profiler_enabled
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return original(*args, **kwargs)
+        try:
+            hit = signature_of(args, kwargs) in keys and _eligible(args, kwargs)
+        except TypeError:
+            hit = False
+        if hit:
+            stats.provider_calls += 1
+            try:
+                if profiling():
+                    with torch.profiler.record_function(PLAN_LABEL + name):
+                        return replacement(*args, **kwargs)
+                return replacement(*args, **kwargs)
+            except Exception:
+                _provider_failed(name, stats)
+        stats.fallback_calls += 1
+        return original(*args, **kwargs)
+
+    return forward
+
+
 class _RuntimeThreadState(threading.local):
     """Per thread and runtime (read only by the eager forward wrapper): nesting depth, and the entries this runtime
     displaced in the thread's table and the names it routed, for the pop."""
@@ -469,8 +500,16 @@ class KernelProviderRuntime:
         # before anything is installed, so nothing is half-applied.
         if plan.entries:
             _prepare_dynamo()
+        self._modules: list[tuple[PlanEntry, DispatchStats]] = []
+        self._patched: list[tuple[nn.Module, bool, Any, Callable]] = []
         for entry in plan.entries:
             name = entry.function
+            if name.startswith(MODULE_PREFIX):  # a module class's forward (forge.modules), routed by instance
+                entry.provider.load_runtime_dependencies()
+                stats = DispatchStats(plan.execution.value)
+                self.stats[name if name not in self.stats else f"{name}#{len(self._modules)}"] = stats
+                self._modules.append((entry, stats))
+                continue
             original_function(name)
             if not hasattr(F, name):
                 raise ValueError(
@@ -505,7 +544,7 @@ class KernelProviderRuntime:
 
     @property
     def is_active(self) -> bool:
-        return self._wrapper is not None
+        return self._wrapper is not None or bool(self._patched)
 
     # -- the forward wrapper ------------------------------------------------------------------------------
     def _make_forward(self, inner: Callable) -> Callable:
@@ -583,7 +622,10 @@ class KernelProviderRuntime:
 
     # -- activation ---------------------------------------------------------------------------------------
     def activate(self) -> None:
-        """Wrap the module's forward (idempotent). An empty plan installs nothing."""
+        """Wrap the module's forward and, for module entries, the forwards of the instances they serve
+        (idempotent). An empty plan installs nothing."""
+        if not self._patched:
+            self._patch_modules()
         if self._wrapper is not None or not self._dispatch:
             return
         module = self.module
@@ -593,8 +635,31 @@ class KernelProviderRuntime:
         self._wrapper = wrapper
         module.forward = wrapper
 
+    def _patch_modules(self) -> None:
+        for entry, stats in self._modules:
+            provider = entry.provider
+            for sub in self.module.modules():
+                if class_name(sub) != provider.target_class or not provider.serves(sub):
+                    continue
+                had = "forward" in sub.__dict__
+                previous = sub.__dict__.get("forward")
+                wrapper = _module_forward(entry, stats, provider.bind(sub), sub.forward)
+                sub.forward = wrapper
+                self._patched.append((sub, had, previous, wrapper))
+
+    def _unpatch_modules(self) -> None:
+        patched, self._patched = self._patched, []
+        for sub, had, previous, wrapper in reversed(patched):
+            if sub.__dict__.get("forward") is not wrapper:
+                logger.info("%s.forward was replaced again while a plan ran; leaving it", type(sub).__name__)
+            elif had:
+                sub.forward = previous
+            else:
+                del sub.forward
+
     def deactivate(self) -> None:
         """Unwrap the module's forward (idempotent). Forwards in flight keep the plan until they return."""
+        self._unpatch_modules()
         wrapper, self._wrapper = self._wrapper, None
         if wrapper is None:
             return

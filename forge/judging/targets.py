@@ -20,7 +20,8 @@ MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
 @dataclass(frozen=True, eq=False)
 class FunctionTarget:
     """`torch.nn.functional.<function>` on `samples` (unique calls: tensors or `TensorSpec`s, all on one device),
-    each called `counts[i]` times per model pass (None: once each). `reference` defaults to PyTorch's function."""
+    each called `counts[i]` times per model pass (None: once each). `reference` defaults to PyTorch's function; a
+    module class's forward (`"module:<class>"`, `forge.modules`) gives its instance's forward as the reference."""
 
     function: str
     samples: tuple[Sample, ...]
@@ -32,7 +33,8 @@ class FunctionTarget:
     def __post_init__(self) -> None:
         from forge.functional import original_function
 
-        original_function(self.function)  # a clear error for a name that is not a replaceable function
+        if self.reference is None:  # a module class's forward (forge.modules) names its own reference
+            original_function(self.function)  # a clear error for a name that is not a replaceable function
         samples = _check_samples(self.samples)
         object.__setattr__(self, "samples", samples)
         if self.counts is not None:

@@ -1,5 +1,6 @@
 """Static kernel providers that ship with kernel-forge."""
 
+from forge.modules import CompiledModuleProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.defaults import default_providers
 from forge.providers.libraries import LibraryKernelProvider, LibraryUnavailable, library_providers
@@ -8,6 +9,7 @@ from forge.providers.torch_sdpa import TorchSDPAProvider
 
 __all__ = [
     "CompiledFunctionProvider",
+    "CompiledModuleProvider",
     "LibraryKernelProvider",
     "LibraryUnavailable",
     "PatchConvProvider",

@@ -1,0 +1,238 @@
+"""Module kernels: replacements for the forward of a module class (`LlamaRMSNorm`, `LlamaMLP`...), not an F call.
+
+Why: on real models much of the time is not a `torch.nn.functional` call (BENCHMARKS K; `forge.profiler.modules`):
+`LlamaRMSNorm` is pow, mean, rsqrt, a multiply and casts, eight kernels where one would do, and the glue between calls
+sits in forwards of their own. A module entry replaces a class's forward, for the instances and call signatures it
+was judged on.
+
+- A module target is named `"module:<qualified class name>"` (`module_target_name`); a plan entry for it holds a
+  `ModuleKernelProvider`, whose `bind(instance)` returns the replacement forward of that instance, sharing its
+  parameters (nothing copied), and whose `instance_keys` are the instances it was judged on: the class, the plain
+  attributes that define its behaviour (`eps`, `normalized_shape`, `hidden_size`...) and its parameters' and buffers'
+  names, shapes and dtypes (`instance_key`). The runtime (`forge.runtime`) routes an instance's forward to the
+  replacement only when its key and the call's signature were judged, and otherwise calls the original forward.
+- `CompiledModuleProvider` is the static source: `torch.compile` of the class's own forward, one compiled function per
+  instance (its own code object, so instances never share, or exhaust, one Dynamo cache), which fuses the glue
+  Inductor can see. Under `torch.compile(model)` the runtime leaves a module's forward to Inductor, which compiles the
+  original anyway.
+- `record_module_calls` collects, while a model runs, every instance of the wanted classes with the calls it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from forge.provider import KernelProvider
+from forge.samples import Sample, clone_value, signature_of
+
+__all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "class_name",
+           "instance_key", "module_target_name", "record_module_calls"]
+
+logger = logging.getLogger(__name__)
+
+MODULE_PREFIX = "module:"
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def class_name(module: nn.Module | type) -> str:
+    kind = module if isinstance(module, type) else type(module)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def module_target_name(module: nn.Module | type) -> str:
+    """`"module:<qualified class name>"`: the plan's and the report's name for a module target."""
+    return MODULE_PREFIX + class_name(module)
+
+
+def _plain(value: Any) -> bool:
+    """A literal `ast.literal_eval` reads back (no inf or nan)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, _PLAIN):
+        return True
+    return isinstance(value, (tuple, list)) and all(_plain(v) and not isinstance(v, (tuple, list)) for v in value)
+
+
+def instance_key(module: nn.Module) -> Hashable:
+    """What makes two instances of a class behave alike for a kernel: the class, its plain attributes (numbers,
+    strings, tuples of them: `eps`, `normalized_shape`, `training`...) and its own parameters' and buffers' names,
+    shapes, dtypes and devices. Values of parameters are not part of it (the oracle draws its own inputs)."""
+    attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(module).items()
+                              if not k.startswith("_") and _plain(v)))
+    tensors = tuple((name, tuple(t.shape), str(t.dtype), str(t.device))
+                    for name, t in [*module.named_parameters(recurse=True), *module.named_buffers(recurse=True)])
+    return (class_name(module), bool(module.training), attributes, tensors)
+
+
+@dataclass
+class ModuleCalls:
+    """The instances of one class seen in a model run, grouped by `instance_key`, with their unique calls."""
+
+    name: str
+    instances: dict[Hashable, list[nn.Module]] = field(default_factory=dict)
+    samples: dict[Hashable, list[Sample]] = field(default_factory=dict)
+    counts: dict[Hashable, list[int]] = field(default_factory=dict)
+    _seen: dict[Hashable, dict[Hashable, int]] = field(default_factory=dict)
+
+    def record(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        key = instance_key(module)
+        group = self.instances.setdefault(key, [])
+        if not any(m is module for m in group):
+            group.append(module)
+        seen = self._seen.setdefault(key, {})
+        signature = signature_of(args, kwargs)
+        if signature in seen:
+            self.counts[key][seen[signature]] += 1
+            return
+        seen[signature] = len(self.samples.setdefault(key, []))
+        self.samples[key].append(Sample(clone_value(tuple(args)), clone_value(dict(kwargs))))
+        self.counts.setdefault(key, []).append(1)
+
+
+@contextlib.contextmanager
+def record_module_calls(root: nn.Module, names: set[str]) -> Iterator[dict[str, ModuleCalls]]:
+    """While the block runs, every call of a module of `root` whose class's target name is in `names` is recorded
+    (inputs cloned once per unique signature); hooks are removed after, also on error."""
+    found: dict[str, ModuleCalls] = {}
+    handles = []
+    for module in root.modules():
+        name = module_target_name(module)
+        if name not in names:
+            continue
+        calls = found.setdefault(name, ModuleCalls(name))
+
+        def hook(mod: nn.Module, args: tuple, kwargs: dict, _calls: ModuleCalls = calls) -> None:
+            with torch.no_grad():
+                _calls.record(mod, args, kwargs)
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        yield found
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class ModuleKernelProvider(KernelProvider):
+    """A replacement forward for instances of one module class (see the module docstring).
+
+    Subclasses implement `_bind(instance) -> callable(*args, **kwargs)` and `_prepare_instances(instances, samples)`;
+    `prepare(samples)` of a plain provider is not how a module provider is prepared: call `prepare_instances`. Calling
+    the provider itself is an error (it has no instance)."""
+
+    def __init__(self, target_class: str) -> None:
+        super().__init__()
+        self.target_class = target_class
+        self.instance_keys: frozenset[Hashable] = frozenset()
+        self._bound: dict[int, Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def supported_function(self) -> str:
+        return MODULE_PREFIX + self.target_class
+
+    def prepare_instances(self, instances: Sequence[nn.Module], samples: Sequence[Sample]) -> bool:
+        """Get ready for `instances` (one behaviour class, `instance_key`) called on `samples`; True when it can
+        serve them. The keys of prepared instances are what the runtime routes."""
+        if not instances or any(class_name(m) != self.target_class for m in instances):
+            return False
+        ready = self._prepare_instances(list(instances), list(samples))
+        if ready:
+            self.instance_keys = self.instance_keys | {instance_key(m) for m in instances}
+            self._ready = True
+        return bool(ready)
+
+    def serves(self, module: nn.Module) -> bool:
+        return instance_key(module) in self.instance_keys
+
+    def bind(self, module: nn.Module) -> Callable[..., Any]:
+        """The replacement forward of `module` (cached per instance)."""
+        with self._lock:
+            bound = self._bound.get(id(module))
+            if bound is None:
+                bound = self._bound[id(module)] = self._bind(module)
+            return bound
+
+    def _prepare(self, samples: list[Sample]) -> bool:
+        raise TypeError(f"{type(self).__name__} is prepared with prepare_instances(instances, samples)")
+
+    def _call(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} serves a module instance: call bind(instance)(...)")
+
+    def _bind(self, module: nn.Module) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample]) -> bool:
+        raise NotImplementedError
+
+
+def _fresh_forward(module: nn.Module) -> Callable[..., Any]:
+    """`type(module).forward(module, ...)` in a function with its own code object (Dynamo caches per code object)."""
+    namespace: dict[str, Any] = {"_forward": type(module).forward, "_module": module}
+    exec("def kforge_module_forward(*args, **kwargs):\n    return _forward(_module, *args, **kwargs)\n",  # noqa: S102
+         namespace)
+    return namespace["kforge_module_forward"]
+
+
+class CompiledModuleProvider(ModuleKernelProvider, type_name="torch_compile_module"):
+    """`torch.compile` of a module class's own forward, per instance (`dynamic=False`): Inductor fuses the glue of
+    the forward (a norm's pow/mean/rsqrt/mul/casts into one kernel) and calls cuBLAS/cuDNN/flash for the rest."""
+
+    # Inductor is trusted PyTorch code (see CompiledFunctionProvider): no dispatch-mode runs in the oracle.
+    allows_dispatch_poisoning = False
+
+    def __init__(self, target_class: str, mode: str | None = None) -> None:
+        super().__init__(target_class)
+        self.mode = mode
+
+    @property
+    def name(self) -> str:
+        return f"torch.compile({self.target_class.rsplit('.', 1)[-1]}.forward)"
+
+    def _bind(self, module: nn.Module) -> Callable[..., Any]:
+        return torch.compile(_fresh_forward(module), mode=self.mode, dynamic=False)
+
+    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample]) -> bool:
+        # The first instance stands for its key (same class, attributes, parameter shapes): the others compile on
+        # their first call (Inductor's graph cache makes that quick).
+        for module in instances[:1]:
+            forward = self.bind(module)
+            for sample in samples:
+                try:
+                    with torch.no_grad():
+                        forward(*clone_value(tuple(sample.args)), **clone_value(dict(sample.kwargs)))
+                except Exception as exc:  # noqa: BLE001 - this class cannot be compiled alone
+                    logger.info("%s failed to compile for %s: %s", self.name, sample.describe(), exc)
+                    return False
+        return True
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"target_class": self.target_class, "mode": self.mode,
+                "instance_keys": [repr(k) for k in sorted(self.instance_keys, key=repr)]}
+
+    @classmethod
+    def _from_dict(cls, state: dict[str, Any]) -> CompiledModuleProvider:
+        provider = cls(state["target_class"], state.get("mode"))
+        provider.instance_keys = frozenset(_key_from_repr(k) for k in state.get("instance_keys", []))
+        provider._ready = True
+        return provider
+
+
+def _key_from_repr(text: str) -> Hashable:
+    """An `instance_key` read back from a saved plan (literals only: `ast.literal_eval`)."""
+    import ast
+
+    return _tuples(ast.literal_eval(text))
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

@@ -1,0 +1,150 @@
+"""Module kernels (`forge.modules`): a module class's forward replaced for the instances and calls it was judged
+on, through the optimizer, the plan (saved and loaded) and the runtime (eager, fallback, restore, compile)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from forge.checking import KernelUtils
+from forge.modules import (
+    CompiledModuleProvider,
+    ModuleKernelProvider,
+    class_name,
+    instance_key,
+    module_target_name,
+)
+from forge.optimizer import KernelOptimizer
+from forge.plan import KernelOptimizationPlan, PlanEntry
+from forge.samples import Sample
+
+UTILS = KernelUtils(fresh_inputs_per_sample=1, rounds=15, warmup=2, min_run_time_s=0.05)
+
+
+class SlowNorm(nn.Module):
+    """An RMSNorm written as a model library writes it (no F call), slowed so a kernel for it clearly wins."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        time.sleep(0.004)
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList([SlowNorm(16), SlowNorm(16), SlowNorm(8)])
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, x):
+        x = self.norms[1](self.norms[0](x))
+        return self.norms[2](self.proj(x))
+
+
+class NormKernel(ModuleKernelProvider, type_name="test_norm_kernel"):
+    """The same math without the sleep, on the instance's own weight (shared, not copied)."""
+
+    calls = 0
+
+    def _bind(self, module):
+        def forward(x):
+            NormKernel.calls += 1
+            return module.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.eps)
+        return forward
+
+    def _prepare_instances(self, instances, samples):
+        return all(s.args[0].shape[-1] == m.weight.shape[0] for m in instances for s in samples)
+
+    def _to_dict(self):
+        return {"target_class": self.target_class, "instance_keys": [repr(k) for k in self.instance_keys]}
+
+    @classmethod
+    def _from_dict(cls, state):
+        from forge.modules import _key_from_repr
+
+        provider = cls(state["target_class"])
+        provider.instance_keys = frozenset(_key_from_repr(k) for k in state["instance_keys"])
+        return provider
+
+
+def _data():
+    return [Sample((torch.randn(4, 16),), {})]
+
+
+def test_make_plan_replaces_a_hot_module_class_and_keeps_it_end_to_end():
+    net = Net()
+    optimizer = KernelOptimizer(module_sources=[NormKernel], kernel_utils=UTILS, end_to_end_blocks=6)
+    plan = optimizer.make_plan(net, _data())
+    name = module_target_name(SlowNorm)
+    assert plan.functions == [name, name]  # two behaviours: 16 and 8 wide
+    rows = optimizer.report[optimizer.report["function"] == name]
+    assert set(rows["status"]) == {"baseline", "selected"}
+    assert optimizer.end_to_end.iloc[-1]["verdict"] == "kept: faster"
+    NormKernel.calls = 0
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        expected = net(x)
+        with plan.apply(net) as runtime:
+            got = net(x)
+    torch.testing.assert_close(got, expected)
+    assert NormKernel.calls == 3 and sum(s.provider_calls for s in runtime.stats.values()) == 3
+    assert all("forward" not in m.__dict__ for m in net.modules())  # restored
+
+
+def _norm_plan(net: Net) -> KernelOptimizationPlan:
+    provider = NormKernel(class_name(SlowNorm))
+    assert provider.prepare_instances(list(net.norms[:2]), _data())
+    return KernelOptimizationPlan(entries=(PlanEntry(provider=provider, signatures=tuple(_data())),))
+
+
+def test_unjudged_calls_and_instances_run_the_original_forward_and_errors_restore_everything():
+    net = Net()
+    plan = _norm_plan(net)
+    NormKernel.calls = 0
+    with plan.apply(net) as runtime:
+        net.norms[0](torch.randn(4, 16))  # judged
+        net.norms[0](torch.randn(3, 16))  # a signature it was not judged on
+        net.norms[2](torch.randn(4, 8))  # an instance of another behaviour: not routed at all
+    assert NormKernel.calls == 1
+    stats = runtime.stats[module_target_name(SlowNorm)]
+    assert (stats.provider_calls, stats.fallback_calls) == (1, 1)
+    with pytest.raises(RuntimeError, match="boom"), plan.apply(net):
+        raise RuntimeError("boom")
+    assert all("forward" not in m.__dict__ for m in net.modules())
+
+
+def test_instance_keys_tell_behaviours_apart():
+    a, b, c = SlowNorm(16), SlowNorm(16), SlowNorm(16, eps=1e-5)
+    assert instance_key(a) == instance_key(b) != instance_key(c)
+    assert instance_key(SlowNorm(8)) != instance_key(a)
+
+
+def test_a_module_entry_survives_save_and_load(tmp_path):
+    net = Net()
+    provider = CompiledModuleProvider(class_name(SlowNorm))
+    provider.instance_keys = frozenset({instance_key(net.norms[0])})
+    provider._ready = True
+    plan = KernelOptimizationPlan(entries=(PlanEntry(provider=provider, signatures=tuple(_data())),))
+    loaded = KernelOptimizationPlan.load(plan.save(tmp_path / "plan.json"))
+    (entry,) = loaded.entries
+    assert entry.function == module_target_name(SlowNorm)
+    assert entry.provider.serves(net.norms[1]) and not entry.provider.serves(net.norms[2])
+
+
+def test_under_torch_compile_the_original_forward_is_traced():
+    net = Net()
+    plan = _norm_plan(net)
+    NormKernel.calls = 0
+    x = torch.randn(4, 16)
+    with plan.apply(net):
+        out = torch.compile(net, backend="aot_eager", fullgraph=False)(x)
+    assert NormKernel.calls == 0
+    with torch.no_grad():
+        torch.testing.assert_close(out, net(x))
