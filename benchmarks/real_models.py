@@ -30,7 +30,7 @@ from forge.demos import get_demo
 from forge.end_to_end import compare_end_to_end
 from forge.optimizer import KernelOptimizer
 from forge.plan import KernelOptimizationPlan
-from forge.providers import default_providers
+from forge.providers import CompiledModuleProvider, default_providers
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
@@ -39,10 +39,11 @@ def _records(frame: Any) -> list[dict[str, Any]]:
     return json.loads(frame.to_json(orient="records", default_handler=str))
 
 
-def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, blocks: int) -> dict[str, Any]:
+def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, blocks: int,
+            modes: list[str] | None = None) -> dict[str, Any]:
     started = time.monotonic()
     phase_start = time.time()
-    report = compare_end_to_end(model, data, plan, blocks=blocks, profile=True)
+    report = compare_end_to_end(model, data, plan, blocks=blocks, profile=True, executions=modes)
     phase_end = time.time()
     modes = {}
     for execution in ("eager", "cuda_graphs", "compile"):
@@ -57,17 +58,19 @@ def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, bloc
 
 
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
-              e2e_blocks: int) -> dict[str, Any]:
+              e2e_blocks: int, modes: list[str] | None = None, modules: bool = True) -> dict[str, Any]:
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
     optimizer = KernelOptimizer(kernel_providers=default_providers(device), kernel_utils=KernelUtils(),
-                                end_to_end_blocks=e2e_blocks)
+                                end_to_end_blocks=e2e_blocks,
+                                module_sources=[CompiledModuleProvider] if modules else [])
     plan = optimizer.make_plan(model, data, execution=execution)
     result: dict[str, Any] = {
         "model": demo_name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "execution": execution, "plan_seconds": time.monotonic() - started,
         "profile": _records(optimizer.profile_summary), "candidates": _records(optimizer.report),
+        "modules": _records(optimizer.module_profile.hot(15)) if optimizer.module_profile is not None else [],
         "end_to_end_check": _records(optimizer.end_to_end), "plan_functions": plan.functions, "reports": [],
         "clock": None if optimizer.clock is None else {"timing": optimizer.clock.timing.value,
                                                        "device_ms": optimizer.clock.device_ms,
@@ -75,12 +78,12 @@ def run_model(demo_name: str, device: torch.device, execution: str, force: list[
                                                        "reason": optimizer.clock.reason},
     }
     if len(plan):
-        result["reports"].append(_report("checked plan", plan, model, data, blocks))
+        result["reports"].append(_report("checked plan", plan, model, data, blocks, modes))
     forced = [entry for entry in optimizer.selected_entries if entry.function in force]
     if forced and {e.function for e in forced} != set(plan.functions):
         result["reports"].append(_report(f"forced: {', '.join(e.function for e in forced)}",
                                          KernelOptimizationPlan(entries=tuple(forced), execution=execution),
-                                         model, data, blocks))
+                                         model, data, blocks, modes))
     return result
 
 
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks of the six-variant report")
     parser.add_argument("--e2e-blocks", type=int, default=8, help="blocks of make_plan's end-to-end check")
     parser.add_argument("--out", type=Path, default=Path("runs/real_models"))
+    parser.add_argument("--report-modes", nargs="+", default=None, choices=["eager", "cuda_graphs", "compile"],
+                        help="modes of the six-variant report (default: all three)")
+    parser.add_argument("--no-modules", action="store_true", help="no module kernels (torch.compile of forwards)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -102,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         print(f"== {name} ({args.execution}) ==", flush=True)
         try:
-            result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks)
+            result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks,
+                               args.report_modes, not args.no_modules)
         except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
             logging.exception("%s failed", name)
             result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
