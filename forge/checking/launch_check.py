@@ -28,6 +28,11 @@ POLICY (what the candidate's own Python code may make PyTorch do, outside its ke
   `math.e ** x`, `-x`), reductions, matmuls, `torch.nn.functional` by any path, indexing with tensors, `cat`,
   random ops, and ops of other namespaces. The prompt asks the kernel to do the math itself: a "Triton kernel" that
   lets PyTorch compute is not one (issue 10 "computation outside Triton").
+- refused for function kernels, reported for module kernels (`LaunchRecord.library_ops`, `LaunchPolicy.for_modules()`):
+  the libraries that already win, `LIBRARY_OPS` (cuBLAS products, cuDNN/oneDNN convolutions, fused attention). A
+  module kernel (a KernelBench `ModelNew`, a replacement of `LlamaMLP.forward`) may call them for those parts and
+  must compute everything else in its own kernels, with at least one own launch per call; a function kernel replaces
+  one such call or something smaller and computes it itself.
 - refused (`LaunchRecord.host_reads`): reading tensor values on the host (`.item()`, `float(t)`, `int(t)`,
   `bool(t)`: `aten._local_scalar_dense`; `.tolist()`), since the values can then be computed in Python and put
   back with `torch.tensor`; a scalar the kernel needs is loaded from its pointer inside the kernel.
@@ -109,6 +114,17 @@ FREE_OPS: frozenset[str] = frozenset(
 COPY_OPS: frozenset[str] = frozenset(
     "clone copy_ _to_copy to _copy_from _copy_from_and_resize fill_ _reshape_copy".split()
 )
+# The libraries that already win, which a MODULE kernel may call for those parts (`LaunchPolicy.for_modules()`):
+# cuBLAS products, cuDNN / oneDNN convolutions, fused attention. A function kernel may not (it replaces one of them or
+# something smaller, and must compute it itself).
+LIBRARY_OPS: frozenset[str] = frozenset(
+    """mm addmm bmm baddbmm matmul linear mv addmv _addmm_activation
+    convolution _convolution convolution_overrideable conv1d conv2d conv3d conv_transpose1d conv_transpose2d
+    conv_transpose3d cudnn_convolution cudnn_convolution_transpose mkldnn_convolution _mps_convolution
+    scaled_dot_product_attention _scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu
+    _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention _flash_attention_forward
+    _efficient_attention_forward""".split()
+)
 # Reads of tensor values on the host.
 HOST_READ_OPS: frozenset[str] = frozenset({"_local_scalar_dense", "item"})
 # Ops whose first argument decides: `fill_` with a number is a constant, with a tensor a (broadcast) copy.
@@ -122,6 +138,7 @@ class OpKind(StrEnum):
     FREE = "free"
     COPY = "copy"
     HOST_READ = "host_read"
+    LIBRARY = "library"  # a library product, convolution or attention: compute, except for module kernels
     COMPUTE = "compute"
 
 
@@ -137,6 +154,8 @@ def _classify(namespace: str, packet: str, overload: str) -> OpKind:
         return OpKind.FREE
     if packet in COPY_OPS:
         return OpKind.COPY
+    if packet in LIBRARY_OPS:
+        return OpKind.LIBRARY
     return OpKind.COMPUTE
 
 
@@ -181,6 +200,7 @@ class LaunchRecord:
     compute_ops: tuple[str, ...] = ()
     host_reads: tuple[str, ...] = ()
     copy_ops: tuple[str, ...] = ()
+    library_ops: tuple[str, ...] = ()
     empty_call: bool = False
     completed: bool = False
     sample: int | None = None
@@ -198,6 +218,8 @@ class LaunchRecord:
             self.host_reads = _add(self.host_reads, name)
         elif kind is OpKind.COPY:
             self.copy_ops = _add(self.copy_ops, name)
+        elif kind is OpKind.LIBRARY:
+            self.library_ops = _add(self.library_ops, name)
 
     def where(self) -> str:
         parts = [f"sample {self.sample}" if self.sample is not None else "", self.case or "",
@@ -207,14 +229,16 @@ class LaunchRecord:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (for the sandbox's protocol)."""
         return {"launches": self.launches, "kernels": list(self.kernels), "compute_ops": list(self.compute_ops),
-                "host_reads": list(self.host_reads), "copy_ops": list(self.copy_ops), "empty_call": self.empty_call,
+                "host_reads": list(self.host_reads), "copy_ops": list(self.copy_ops),
+                "library_ops": list(self.library_ops), "empty_call": self.empty_call,
                 "completed": self.completed, "sample": self.sample, "case": self.case, "run": self.run}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LaunchRecord:
         return cls(launches=int(data.get("launches", 0)), kernels=tuple(data.get("kernels") or ()),
                    compute_ops=tuple(data.get("compute_ops") or ()), host_reads=tuple(data.get("host_reads") or ()),
-                   copy_ops=tuple(data.get("copy_ops") or ()), empty_call=bool(data.get("empty_call")),
+                   copy_ops=tuple(data.get("copy_ops") or ()), library_ops=tuple(data.get("library_ops") or ()),
+                   empty_call=bool(data.get("empty_call")),
                    completed=bool(data.get("completed")), sample=data.get("sample"), case=data.get("case"),
                    run=data.get("run"))
 
@@ -223,10 +247,18 @@ class LaunchRecord:
 class LaunchPolicy:
     """Settings of `launch_issues`: `every_call` (each completed call on non-empty inputs must launch an own kernel;
     False: at least one call must), `allow_copies` (copies and dtype conversions outside the kernels are only
-    reported; False refuses them like compute)."""
+    reported; False refuses them like compute), `allow_library` (products, convolutions and attention through
+    PyTorch, `LIBRARY_OPS`, are reported, not refused: the module-kernel policy)."""
 
     every_call: bool = True
     allow_copies: bool = True
+    allow_library: bool = False
+
+    @classmethod
+    def for_modules(cls) -> LaunchPolicy:
+        """A module kernel (a `ModelNew`, a replacement of a module class's forward): the libraries that already win
+        for their parts (`LIBRARY_OPS`), at least one own kernel in every call, nothing else."""
+        return cls(allow_library=True)
 
 
 _RULE = ("a kernel must compute its result in its own kernels; outside them only allocation, constant fills, views, "
@@ -263,7 +295,8 @@ def launch_issues(records: Iterable[LaunchRecord], policy: LaunchPolicy = Launch
     if not done:
         return []
     total, issues = len(done), []
-    refused = ("compute_ops", "copy_ops") if not policy.allow_copies else ("compute_ops",)
+    refused = ("compute_ops",) + (() if policy.allow_copies else ("copy_ops",)) + \
+        (() if policy.allow_library else ("library_ops",))
     count, first = _first(done, lambda r: any(getattr(r, a) for a in refused))
     if first is not None:
         ops = [op for a in refused for op in _union(done, a)]

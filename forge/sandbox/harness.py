@@ -134,6 +134,7 @@ class SandboxCandidate:
         self.limit: tuple[HarnessLimit, str] | None = None  # a harness limit the child reached: no verdict
         self.scaled: Any = None  # a module check that stopped after its first seed (`ScaledCheck`)
         self.launch_records: list[Any] = []  # forge.checking.launch_check.LaunchRecord, one per call
+        self.module_kernel = False  # a ModelNew: the launch check's module policy (library ops allowed)
         self.calls = 0
         self._inputs: dict[int, tuple[weakref.ref, int, int]] = {}  # id(tensor) -> (ref, token, version synced)
         self._next_input = 0
@@ -369,6 +370,7 @@ def run_session(sock: socket.socket, *, target: Any, utils: Any, device: str, be
         return SessionResult(None, lost="the child did not report its import")
 
     proxy = SandboxCandidate(sock, device, max_bytes, clock)
+    proxy.module_kernel = target.kind == "module"
     start = time.perf_counter()
     if target.kind == "module":
         verdict = _module_verdict(utils, target, proxy)
@@ -498,7 +500,7 @@ def _validation_verdict(utils: Any, reference: Callable[..., Any], proxy: Sandbo
         return {"status": Outcome.HARNESS_ERROR.value,
                 "message": f"sandbox harness error: {type(exc).__name__}: {_short(str(exc))}",
                 "details": {"phase": "validation", "harness_error": _exception_details(exc), "out_of_memory": False}}
-    errors += _launch_issues(proxy.launch_records)
+    errors += _launch_issues(proxy.launch_records, module=proxy.module_kernel)
     if not errors or proxy.lost is not None:
         return None
     issues = [issue_of(e) for e in errors]
@@ -513,15 +515,16 @@ def _validation_verdict(utils: Any, reference: Callable[..., Any], proxy: Sandbo
             "details": {"phase": "validation", **found}}
 
 
-def _launch_issues(records: list[Any]) -> list[Any]:
+def _launch_issues(records: list[Any], *, module: bool = False) -> list[Any]:
     """The run-time launch check (`forge.checking.launch_check`) over the records the child made around each call
-    (`language.launch_monitor()`). The records come from the candidate's process, so a kernel could forge them:
-    this check catches honest mistakes and fallbacks; the oracle's verdict does not depend on it."""
+    (`language.launch_monitor()`), with the module policy for a `ModelNew` (library products, convolutions and
+    attention allowed). The records come from the candidate's process, so a kernel could forge them: this check
+    catches honest mistakes and fallbacks; the oracle's verdict does not depend on it."""
     if not records:
         return []
-    from forge.checking.launch_check import launch_issues
+    from forge.checking.launch_check import LaunchPolicy, launch_issues
 
-    return list(launch_issues(records))
+    return list(launch_issues(records, LaunchPolicy.for_modules() if module else LaunchPolicy()))
 
 
 def _benchmark(sock: socket.socket, verdict: dict[str, Any], target: Any) -> dict[str, Any] | None:

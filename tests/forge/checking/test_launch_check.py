@@ -41,7 +41,8 @@ aten = torch.ops.aten
     (aten._local_scalar_dense.default, OpKind.HOST_READ),
     (aten.mul.Tensor, OpKind.COMPUTE), (aten.pow.Scalar, OpKind.COMPUTE), (aten._softmax.default, OpKind.COMPUTE),
     (aten.silu.default, OpKind.COMPUTE), (aten.index.Tensor, OpKind.COMPUTE), (aten.cat.default, OpKind.COMPUTE),
-    (aten.mm.default, OpKind.COMPUTE), (aten.sum.dim_IntList, OpKind.COMPUTE),
+    (aten.mm.default, OpKind.LIBRARY), (aten.addmm.default, OpKind.LIBRARY),
+    (aten.convolution.default, OpKind.LIBRARY), (aten.sum.dim_IntList, OpKind.COMPUTE),
 ])
 def test_op_policy(op: Any, kind: OpKind) -> None:
     assert classify_op(op) is kind
@@ -58,7 +59,8 @@ def test_ops_of_other_namespaces_are_compute() -> None:
 
 def test_record_round_trips_through_json() -> None:
     record = LaunchRecord(launches=2, kernels=("a", "b"), compute_ops=("aten.mul.Tensor",), host_reads=("x",),
-                          copy_ops=("aten.clone.default",), empty_call=False, completed=True, sample=1,
+                          copy_ops=("aten.clone.default",), library_ops=("aten.mm.default",), empty_call=False,
+                          completed=True, sample=1,
                           case="fresh #1", run="2")
     assert LaunchRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
 
@@ -106,6 +108,19 @@ def test_policy_can_refuse_copies() -> None:
     assert launch_issues([record]) == []
     (issue,) = launch_issues([record], LaunchPolicy(allow_copies=False))
     assert "aten._to_copy.default" in issue
+
+
+def test_module_kernels_may_call_the_libraries_but_must_launch_their_own() -> None:
+    record = _done(launches=1, library_ops=("aten.addmm.default", "aten._scaled_dot_product_flash_attention.default"))
+    (issue,) = launch_issues([record])  # a function kernel computes its result itself
+    assert "aten.addmm.default" in issue and issue.kind is Outcome.FORBIDDEN
+    assert launch_issues([record], LaunchPolicy.for_modules()) == []
+    only_library = _done(launches=0, library_ops=("aten.addmm.default",))
+    (issue,) = launch_issues([only_library], LaunchPolicy.for_modules())
+    assert "no kernel of the candidate was launched" in issue
+    mixed = _done(launches=1, library_ops=("aten.mm.default",), compute_ops=("aten.mul.Tensor",))
+    (issue,) = launch_issues([mixed], LaunchPolicy.for_modules())
+    assert "aten.mul.Tensor" in issue and "aten.mm.default" not in issue
 
 
 def test_incomplete_records_are_not_judged() -> None:
@@ -158,6 +173,13 @@ def through_runtime(kernel, runtime, x):
     out = torch.empty_like(x)
     kernel.launch(x, out)
     return runtime.run_for_candidate(out)
+
+
+def module_like(kernel, x, w):
+    h = torch.nn.functional.linear(x, w)  # cuBLAS for the product
+    out = torch.empty_like(h)
+    kernel.launch(h, out)  # the rest in its own kernel
+    return out
 
 
 def host(kernel, x):
@@ -257,3 +279,13 @@ def test_an_empty_call_is_marked() -> None:
     with monitor.watch(((torch.empty(0, 4), torch.ones(2)), {})) as record:
         pass
     assert not record.empty_call
+
+
+def test_a_module_kernel_calling_linear_is_watched_as_a_library_call(setup: tuple[LaunchMonitor, Any, Any]) -> None:
+    monitor, runtime, candidate = setup
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    with monitor.watch(((x, w), {})) as record:
+        candidate.module_like(runtime.FakeKernel("double"), x, w)
+    assert record.launches == 1 and record.compute_ops == () and record.library_ops
+    assert launch_issues([record], LaunchPolicy.for_modules()) == []
+    assert launch_issues([record])  # refused for a function kernel

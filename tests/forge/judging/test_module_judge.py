@@ -69,3 +69,47 @@ def test_the_same_forgery_is_refused_by_the_screen_before_it_runs() -> None:
     assert verdict.status == Outcome.FORBIDDEN and verdict.stdout == ""
     constructs = {v["construct"] for v in verdict.details["violations"]}
     assert "import os" in constructs and any("forge" in c for c in constructs), constructs
+
+
+LIBRARY_GEMM_OWN_EPILOGUE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    tl.store(y_ptr + offsets, tl.maximum(x, 0.0), mask=offsets < n)
+
+
+class ModelNew(nn.Module):
+    """cuBLAS for the product (the library that already wins), its own kernel for the rest."""
+
+    def __init__(self, in_features, out_features):
+        super(ModelNew, self).__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        h = self.linear(x)
+        y = torch.empty_like(h)
+        n = h.numel()
+        _relu[(triton.cdiv(n, 128),)](h, y, n, BLOCK=128)
+        return y
+'''
+
+
+def test_a_modelnew_may_call_the_libraries_that_win_and_compute_the_rest_itself() -> None:
+    """The module-kernel policy of the launch check: products, convolutions and attention through PyTorch, at least
+    one own kernel per call."""
+    verdict = _judge(LIBRARY_GEMM_OWN_EPILOGUE)
+    assert verdict.status == Outcome.OK, (verdict.message, verdict.details, verdict.stderr[-2000:])
+    only_library = LIBRARY_GEMM_OWN_EPILOGUE.replace(
+        "        y = torch.empty_like(h)\n        n = h.numel()\n        _relu[(triton.cdiv(n, 128),)](h, y, n, BLOCK=128)\n"
+        "        return y\n", "        return torch.relu(h)\n")
+    verdict = _judge(only_library, screen=False)  # the screen refuses torch.relu already: the run-time check too
+    assert verdict.status != Outcome.OK, (verdict.message, verdict.details)
+    errors = " ".join(verdict.details["errors"])
+    assert "aten.relu" in errors and "no kernel of the candidate was launched" in errors
