@@ -25,7 +25,8 @@ KINETO_LINE = re.compile(r"^(USDT|STAGE):\d{4}-\d\d-\d\d ", re.MULTILINE)
 def test_registry_names_the_default_first_and_rejects_unknown_names() -> None:
     assert DEFAULT_DEMO == "llama" and demo_names() == ["llama", "diffusers-unet", "hf-llama", "timm-vit", "unet"]
     assert get_demo() is DEMOS["llama"] and get_demo("unet").name == "unet"
-    with pytest.raises(UnknownDemoError, match="'resnet'; choose one of: llama, diffusers-unet, hf-llama, timm-vit, unet"):
+    choices = "llama, diffusers-unet, hf-llama, timm-vit, unet"
+    with pytest.raises(UnknownDemoError, match=f"'resnet'; choose one of: {choices}"):
         get_demo("resnet")
 
 
@@ -98,7 +99,8 @@ def test_cli_demo_argument_takes_a_name_defaults_to_llama_and_rejects_unknown_na
                     ["prompts", "--demo", "resnet", "--device", "cpu", "--out", str(tmp_path / "p.jsonl")]):
         with pytest.raises(SystemExit) as raised:
             main(command)
-        assert str(raised.value) == "kforge: unknown demo 'resnet'; choose one of: llama, diffusers-unet, hf-llama, timm-vit, unet"
+        assert str(raised.value) == ("kforge: unknown demo 'resnet'; choose one of: "
+                                     "llama, diffusers-unet, hf-llama, timm-vit, unet")
     out = tmp_path / "prompts.jsonl"
     assert main(["prompts", "--demo", "--device", "cpu", "--functions", "rms_norm", "--out", str(out)]) == 0
     assert "rms_norm" in capsys.readouterr().out and out.read_text().count("\n") == 1

@@ -107,8 +107,9 @@ def test_a_modelnew_may_call_the_libraries_that_win_and_compute_the_rest_itself(
     verdict = _judge(LIBRARY_GEMM_OWN_EPILOGUE)
     assert verdict.status == Outcome.OK, (verdict.message, verdict.details, verdict.stderr[-2000:])
     only_library = LIBRARY_GEMM_OWN_EPILOGUE.replace(
-        "        y = torch.empty_like(h)\n        n = h.numel()\n        _relu[(triton.cdiv(n, 128),)](h, y, n, BLOCK=128)\n"
-        "        return y\n", "        return torch.relu(h)\n")
+        "        y = torch.empty_like(h)\n        n = h.numel()\n"
+        "        _relu[(triton.cdiv(n, 128),)](h, y, n, BLOCK=128)\n        return y\n",
+        "        return torch.relu(h)\n")
     verdict = _judge(only_library, screen=False)  # the screen refuses torch.relu already: the run-time check too
     assert verdict.status != Outcome.OK, (verdict.message, verdict.details)
     errors = " ".join(verdict.details["errors"])
