@@ -20,8 +20,8 @@ test); otherwise entries are dropped one at a time (the one whose removal leaves
 remains wins or nothing remains. Why a paired test: on the H200 host the eager Llama forward's q25-q75 spanned
 14.6-25.3 ms in one run, and the previous rule (prune only when BOTH baselines were significantly faster) kept plans
 it had measured at 0.82x, because one slow baseline was enough to keep a loser. (Those numbers were also host launch
-times: whole-model timings took their device from empty samples, BENCHMARKS.md K1; `time_model` passes it now.) The six-variant report
-(`compare_end_to_end`) uses the same per-block ratio, so the two agree in direction.
+times: whole-model timings took their device from empty samples, BENCHMARKS.md K1; `time_model` passes it now.)
+The six-variant report (`compare_end_to_end`) uses the same per-block ratio, so the two agree in direction.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ DEMOS: dict[str, Demo] = {
         Demo("hf-llama", hf_llama, hf_llama_inputs,
              "Hugging Face LlamaForCausalLM, Llama-3.2-1B config, random weights (needs the [models] extra)"),
         Demo("timm-vit", timm_vit, timm_vit_inputs,
-             "timm vit_base_patch16_224, random weights (needs the [models] extra)"),
+             "timm vit_base_patch16_224, random weights (needs the [vision] extra)"),
         Demo("diffusers-unet", diffusers_unet, diffusers_unet_inputs,
              "diffusers UNet2DConditionModel, SD-1.5 config, random weights (needs the [models] extra)"),
     )

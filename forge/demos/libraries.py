@@ -9,8 +9,9 @@ oracle and the runtime meet the code those libraries ship: `ModelOutput`s, diffu
 attention switches, `torch.nn.functional` calls inside `LlamaAttention` and so on. On the CPU each demo is a tiny
 fp32 config of the same class that runs in seconds.
 
-The libraries are optional (`pip install -e ".[models]"`): a demo whose library is missing fails with a one-line
-error naming the package and the extra.
+The libraries are optional (`pip install -e ".[models]"` for transformers and diffusers, `".[vision]"` for timm,
+which needs a torchvision built for the installed torch): a demo whose library is missing fails with a one-line error
+naming the package and the extra.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ __all__ = ["diffusers_unet", "diffusers_unet_inputs", "hf_llama", "hf_llama_inpu
 Device = str | torch.device
 
 
+_EXTRAS = {"timm": "vision"}
+
+
 def _library(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError:
-        raise UsageError(f"this demo needs the {name!r} package: pip install -e \".[models]\" "
+        extra = _EXTRAS.get(name, "models")
+        raise UsageError(f"this demo needs the {name!r} package: pip install -e \".[{extra}]\" "
                          f"(or pip install {name})") from None
 
 

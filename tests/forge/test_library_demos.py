@@ -29,7 +29,7 @@ def test_a_missing_library_is_one_clear_line(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` raises ImportError
-    with pytest.raises(UsageError, match=r"needs the 'timm' package: pip install -e \"\.\[models\]\""):
+    with pytest.raises(UsageError, match=r"needs the 'timm' package: pip install -e \"\.\[vision\]\""):
         get_demo("timm-vit").model("cpu")
 
 
