@@ -141,6 +141,9 @@ def default_generation_timeout() -> float:
     return value
 
 
+_BACKBONE_SHARE = 0.5  # a module called once per pass that holds more of the kernel time than this is the model
+
+
 def _nested(a: nn.Module, b: nn.Module) -> bool:
     """Whether one of the two modules contains the other (or they are the same)."""
     return a is b or any(m is b for m in a.modules()) or any(m is a for m in b.modules())
@@ -400,9 +403,12 @@ class KernelOptimizer:
         if not self.module_sources or self.module_profile is None:
             return []
         frame = self.module_profile.frame.sort_values("outside_f_ms", ascending=False)
-        root = class_name(module)
+        root, total = class_name(module), self.module_profile.total_ms
+        # A class called once per pass that holds most of the model (a backbone such as LlamaModel) is not a hot
+        # module: compiling it is `--execution compile`, not a kernel.
         return [MODULE_PREFIX + row.module_class for row in frame.itertuples()
-                if row.module_class != root and row.outside_f_pct >= self.module_min_time_share_percent]
+                if row.module_class != root and row.outside_f_pct >= self.module_min_time_share_percent
+                and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)]
 
     def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones

@@ -148,3 +148,30 @@ def test_under_torch_compile_the_original_forward_is_traced():
     assert NormKernel.calls == 0
     with torch.no_grad():
         torch.testing.assert_close(out, net(x))
+
+
+def test_a_backbone_is_not_a_module_target():
+    """A class holding most of the model (LlamaModel in a Llama) is the model: `--execution compile`, not a kernel."""
+
+    class Backbone(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Net()
+
+        def forward(self, x):
+            return self.net(x) * 2.0  # glue of its own, so only the share rule keeps it out
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone = Backbone()
+
+        def forward(self, x):
+            return self.backbone(x)
+
+    optimizer = KernelOptimizer(module_sources=[NormKernel], kernel_utils=UTILS, end_to_end_check=False,
+                                module_min_time_share_percent=0.0)
+    optimizer.make_plan(Wrapper(), _data())
+    tried = set(optimizer.report["function"])
+    assert module_target_name(SlowNorm) in tried
+    assert not any(name.endswith("Backbone") or name.endswith(".Net") for name in tried)
