@@ -311,19 +311,25 @@ class KernelOptimizationPlan:
         with runtime.applied():
             yield runtime
 
-    def verify(self, kernel_utils: KernelUtils | None = None) -> dict[str, list[str]]:
+    def verify(self, kernel_utils: KernelUtils | None = None, *, model: nn.Module | None = None
+               ) -> dict[str, list[str]]:
         """Re-validate every provider on fresh inputs drawn from its signatures (e.g. after moving machines).
 
-        Returns the errors per function (empty lists = all good).
+        Returns the errors per function (empty lists = all good). A module entry (`forge.modules`) is checked against
+        the instances of `model` it serves (their original forwards, float64 on upcast copies); without `model` it
+        cannot be checked and says so as its error.
         """
         from forge.checking import KernelUtils
         from forge.functional import original_function
         from forge.samples import draw_sample
 
         utils = kernel_utils or KernelUtils()
-        result = {}
+        result: dict[str, list[str]] = {}
         for entry in self.entries:
             samples = [draw_sample(s) for s in entry.signatures]
+            if entry.function.startswith("module:"):
+                result.setdefault(entry.function, []).extend(_verify_module_entry(entry, samples, utils, model))
+                continue
             result[entry.function] = list(utils.validate(original_function(entry.function), entry.provider, samples))
         return result
 
@@ -347,3 +353,21 @@ class KernelOptimizationPlan:
             rows, columns=["function", "provider", "source", "latency_ms", "baseline_ms", "speedup", "signatures"]
         )
 
+
+
+def _verify_module_entry(entry: PlanEntry, samples: list[Sample], utils: KernelUtils,
+                         model: nn.Module | None) -> list[str]:
+    """The oracle on a module entry, instance by instance of `model` (see `KernelOptimizationPlan.verify`)."""
+    from forge.judging.modules import ReferenceModel
+    from forge.modules import class_name
+
+    if model is None:
+        return [f"{entry.function}: not verified: a module kernel is checked against the model's own instances; "
+                "pass model= (plan.verify(model=...))"]
+    provider = entry.provider
+    served = [m for m in model.modules() if class_name(m) == provider.target_class and provider.serves(m)]
+    if not served:
+        return [f"{entry.function}: not verified: no instance of {provider.target_class} in this model has the "
+                "behaviour the entry was judged on"]
+    representative = served[0]  # the served instances share the behaviour the entry was judged on (instance_key)
+    return [str(e) for e in utils.validate(ReferenceModel(representative), provider.bind(representative), samples)]

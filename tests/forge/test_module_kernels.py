@@ -175,3 +175,20 @@ def test_a_backbone_is_not_a_module_target():
     tried = set(optimizer.report["function"])
     assert module_target_name(SlowNorm) in tried
     assert not any(name.endswith("Backbone") or name.endswith(".Net") for name in tried)
+
+
+def test_plan_verify_checks_a_module_entry_against_the_models_instances():
+    net = Net()
+    plan = _norm_plan(net)
+    assert plan.verify(UTILS, model=net) == {module_target_name(SlowNorm): []}
+    (error,) = plan.verify(UTILS)[module_target_name(SlowNorm)]
+    assert "not verified" in error and "model=" in error
+
+    class WrongNorm(NormKernel, type_name="test_wrong_norm_kernel"):
+        def _bind(self, module):
+            return lambda x: module.weight * x  # forgets the normalisation
+
+    wrong = WrongNorm(class_name(SlowNorm))
+    assert wrong.prepare_instances(list(net.norms[:2]), _data())
+    bad = KernelOptimizationPlan(entries=(PlanEntry(provider=wrong, signatures=tuple(_data())),))
+    assert bad.verify(UTILS, model=net)[module_target_name(SlowNorm)]
