@@ -123,7 +123,13 @@ def diffusers_unet(device: Device) -> nn.Module:
     diffusers = _library("diffusers")
     config = _unet_config(device)
     dtype = torch.float16 if _gpu(device) else torch.float32
-    return _seeded(lambda: diffusers.UNet2DConditionModel(**config), device, dtype)
+    logs = diffusers.utils.logging
+    level = logs.get_verbosity()
+    logs.set_verbosity_error()  # its note on casting with .to() instead of from_pretrained(torch_dtype=) is noise here
+    try:
+        return _seeded(lambda: diffusers.UNet2DConditionModel(**config), device, dtype)
+    finally:
+        logs.set_verbosity(level)
 
 
 def diffusers_unet_inputs(device: Device) -> list[Sample]:
