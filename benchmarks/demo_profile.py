@@ -172,7 +172,7 @@ def compile_demo(name: str, model: torch.nn.Module, args: tuple, eager_ms: float
 
 def run_cli(name: str, report: Report, timeout_s: float) -> None:
     # Static providers over a threshold no function reaches: the profile runs, no candidate is tried.
-    command = [sys.executable, "-m", "forge.cli", "optimize", "--demo", name, "--provider-threshold", "100",
+    command = [sys.executable, "-m", "kforge.cli", "optimize", "--demo", name, "--provider-threshold", "100",
                "--no-generate"]
     t0 = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=timeout_s)

@@ -3,7 +3,7 @@
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD KFORGE_CACHE_DIR=/tmp/kc
-timeout 75 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 70 --no-plots --problems level1/35_GroupNorm_ --out $OUT/kb 2>&1 | grep -v "^·" | grep -E "GroupNorm|harness" | head -5
+timeout 75 python3 -m kforge.cli eval .gpu/kernelbench/level1 --source eager --timeout 70 --no-plots --problems level1/35_GroupNorm_ --out $OUT/kb 2>&1 | grep -v "^·" | grep -E "GroupNorm|harness" | head -5
 timeout 25 python3 -m pytest -q -p no:cacheprovider tests/evals/test_eval_cuda.py -k kernelbench_inputs 2>&1 | tail -1
 timeout 60 python3 - <<'PY'
 import sys, time, statistics, torch

@@ -8,7 +8,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 KFORGE_CACHE_DIR=/tmp/kforge
 logs=${OUT:-/tmp/out}/issue7; mkdir -p "$logs"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.used --format=csv | tee "$logs/gpu.txt"
 check() {  # demo functions: re-render the first requests here and compare with the shipped cassette
-  KFORGE_LLM_MODEL=frontier-standin python3 -m forge.cli prompts --demo "$1" --functions "$2" --out "$logs/prompts-$1.jsonl"
+  KFORGE_LLM_MODEL=frontier-standin python3 -m kforge.cli prompts --demo "$1" --functions "$2" --out "$logs/prompts-$1.jsonl"
   python3 - "$1" "$logs/prompts-$1.jsonl" <<'PY'
 import json, sys
 demo, path = sys.argv[1], sys.argv[2]
@@ -24,7 +24,7 @@ for spec in ${RUNS:-unet:cuda_graphs llama:eager}; do
   demo=${spec%%:*}; execution=${spec##*:}
   echo "== kforge optimize --demo $demo --execution $execution --benchmark ==" | tee -a "$logs/summary.txt"
   start=$(date +%s)
-  timeout ${STEP_TIMEOUT:-400} python3 -m forge.cli optimize --demo "$demo" --execution "$execution" \
+  timeout ${STEP_TIMEOUT:-400} python3 -m kforge.cli optimize --demo "$demo" --execution "$execution" \
     --benchmark --unsafe-sandbox ${EXTRA_ARGS:-} --out "$logs/$demo-$execution.plan.json" > "$logs/$demo-$execution.log" 2>&1
   echo "exit $? after $(( $(date +%s) - start )) s" >> "$logs/$demo-$execution.log"
   grep -v "^·" "$logs/$demo-$execution.log" | tail -60 | tee -a "$logs/summary.txt"

@@ -13,7 +13,7 @@ h200_setup session4
 export KFORGE_UNSAFE_SANDBOX=1
 nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$logs/gpu.txt"
 kb() {  # name, seconds, comma-separated problem ids
-  step "$1" "$2" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 120 --no-plots \
+  step "$1" "$2" python3 -m kforge.cli eval .gpu/kernelbench/level1 --source eager --timeout 120 --no-plots \
     --problems "$3" --out "$logs/$1"
   python3 benchmarks/kb_level1_sweep.py "$logs/$1" >> "$logs/summary.txt" 2>&1
 }

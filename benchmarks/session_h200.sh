@@ -10,11 +10,11 @@ h200_setup "session-$PART"
 export KFORGE_UNSAFE_SANDBOX=1 STEP_FILTER="^·\|UserWarning\|warnings.warn" TAIL=${TAIL:-40}
 if [ "$PART" = a ]; then
   step oracle-memory 200 python3 -m benchmarks.oracle_memory
-  step kb-eager "${KB_TIMEOUT:-330}" python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 240 --no-plots \
+  step kb-eager "${KB_TIMEOUT:-330}" python3 -m kforge.cli eval .gpu/kernelbench/level1 --source eager --timeout 240 --no-plots \
     --problems "${KB_PROBLEMS:-level1/35_GroupNorm_,level1/36_RMSNorm_,level1/19_ReLU,level1/99_TripletMarginLoss,level1/33_BatchNorm,level1/1_Square_matrix_multiplication_}" \
     --out "$logs/kb-eager"
 elif [ "$PART" = c ]; then  # everything at once, each step capped (what one device call can hold)
-  step kb-eager 200 python3 -m forge.cli eval .gpu/kernelbench/level1 --source eager --timeout 110 --no-plots \
+  step kb-eager 200 python3 -m kforge.cli eval .gpu/kernelbench/level1 --source eager --timeout 110 --no-plots \
     --problems "${KB_PROBLEMS:-level1/19_ReLU,level1/35_GroupNorm_,level1/1_Square_matrix_multiplication_}" --out "$logs/kb-eager"
   step adversarial 170 python3 benchmarks/adversarial_h200.py --unsafe-sandbox --jobs 4
   step cuda-tests 110 python3 -m pytest -q -p no:cacheprovider tests/agent/test_cuda_language.py tests/agent/sandbox \

@@ -7,7 +7,7 @@
     kforge eval builtin --source provider:flaggems          (any KernelProvider: a kernel library, or module:factory)
     kforge eval path/to/KernelBench/level1 --source llm --problems level1/19_ReLU --workers 4
 
-`forge.cli` adds this subcommand through `add_eval_parser` when the `evals` package is importable.
+`kforge.cli` adds this subcommand through `add_eval_parser` when the `evals` package is importable.
 """
 
 from __future__ import annotations

@@ -35,15 +35,24 @@ logger = logging.getLogger(__name__)
 _REGISTRY: dict[str, type[KernelProvider]] = {}
 
 
-# Modules that define kernel-forge's own provider types; imported on demand when a plan names an unknown type, so a
-# deploy-time `KernelOptimizationPlan.load` works without the caller importing them first.
-_BUILTIN_PROVIDER_MODULES = ("forge.providers", "agent.provider")
+# Modules that define provider types, imported on demand when a plan names an unknown type, so a deploy-time
+# `KernelOptimizationPlan.load` works without the caller importing them first: forge's own, and every module an
+# installed distribution registers under the `kforge.providers` entry-point group (this project registers the LLM
+# generator's `agent.provider` there: forge names no package above it).
+_BUILTIN_PROVIDER_MODULES = ("forge.providers",)
+PROVIDER_ENTRY_POINTS = "kforge.providers"
+
+
+def _provider_modules() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return [*_BUILTIN_PROVIDER_MODULES, *(ep.value for ep in entry_points(group=PROVIDER_ENTRY_POINTS))]
 
 
 def _import_builtin_providers() -> None:
     import importlib
 
-    for module in _BUILTIN_PROVIDER_MODULES:
+    for module in _provider_modules():
         try:
             importlib.import_module(module)
         except ImportError as exc:  # an optional part that is not installed

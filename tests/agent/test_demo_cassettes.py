@@ -120,7 +120,7 @@ def test_the_readme_demo_runs_the_agent_loop_from_its_cassette_on_cpu(tmp_path) 
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KFORGE_", "OPENAI_"))}
     env.update(KFORGE_CACHE_DIR=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, "-m", "forge.cli", "optimize", "--demo", "--no-static", "--device", "cpu",
+    done = subprocess.run([sys.executable, "-m", "kforge.cli", "optimize", "--demo", "--no-static", "--device", "cpu",
                            "--out", str(tmp_path / "demo.plan.json")], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from evals.cli import build_source, default_out_dir, summary_table
-from forge.cli import build_parser, main
+from kforge.cli import build_parser, main
 
 
 def _parse(*argv: str):

@@ -141,7 +141,7 @@ def test_a_second_eval_on_a_locked_folder_fails_fast_naming_the_folder_and_the_p
     holder = _hold_lock(out)
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "forge.cli", "eval", "smoke", "--source", "compile", "--device", "cpu",
+            [sys.executable, "-m", "kforge.cli", "eval", "smoke", "--source", "compile", "--device", "cpu",
              "--quick", "--no-plots", "--out", str(out), "--resume"],
             capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     finally:

@@ -26,11 +26,11 @@ from agent.llm import LLMConfig
 from evals import ResultsStore, load_kernelbench_folder
 from evals.runner import run_eval
 from evals.sources import LLMSource
-from forge.cli import main
 from forge.functional import functional_names, original_function
 from forge.judging import Judge, JudgeOptions
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.sandbox import SandboxOptions
+from kforge.cli import main
 from tests.agent.kernels import (
     MLP_TRITON,
     MLP_TRITON_SEGFAULT,

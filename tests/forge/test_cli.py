@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.cli import main
+from kforge.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,7 @@ def test_bad_target_and_plan_errors_are_clear(tmp_path, capsys) -> None:
 
 
 def test_console_script_entry_point_runs() -> None:
-    result = subprocess.run([sys.executable, "-m", "forge.cli", "--help"], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "kforge.cli", "--help"], capture_output=True, text=True,
                             cwd=REPO, timeout=120)
     assert result.returncode == 0 and "optimize" in result.stdout and "plan" in result.stdout
 

@@ -1,6 +1,6 @@
 """Bad input to `kforge` is one line on stderr and a non-zero exit, found before any long work (issue 11).
 
-Each row of the issue runs the real CLI (`forge.cli.main`, or a real `python -m forge.cli` subprocess where the
+Each row of the issue runs the real CLI (`kforge.cli.main`, or a real `python -m kforge.cli` subprocess where the
 exact stderr matters). A user model whose factory writes a marker file proves that argument checks ran before the
 model was built.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from forge.cli import main, use_triton_interpreter_on_cpu
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.samples import Sample
+from kforge.cli import main, use_triton_interpreter_on_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -156,7 +156,7 @@ def test_verbose_adds_the_traceback_of_a_usage_error(user_module, capsys) -> Non
 def test_a_failure_in_a_subprocess_is_one_line_and_no_traceback(tmp_path) -> None:
     (tmp_path / "broken_model.py").write_text("raise RuntimeError('import-time failure')\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-m", "forge.cli", "optimize", "broken_model:build", "--inputs",
+    result = subprocess.run([sys.executable, "-m", "kforge.cli", "optimize", "broken_model:build", "--inputs",
                              "broken_model:inputs", "--device", "cpu", "--no-generate"],
                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 2
@@ -166,12 +166,12 @@ def test_a_failure_in_a_subprocess_is_one_line_and_no_traceback(tmp_path) -> Non
 
 # -- internal errors: one line naming the log, exit 1; -v lets it propagate ----------------------------------------
 def test_internal_error_names_the_log_and_verbose_raises(tmp_path, monkeypatch, capsys) -> None:
-    import forge.cli
+    import kforge.cli
 
     def broken(args):
         raise RuntimeError("an unexpected\nstate")
 
-    monkeypatch.setattr(forge.cli, "_cmd_plan_show", broken)
+    monkeypatch.setattr(kforge.cli, "_cmd_plan_show", broken)
     monkeypatch.setenv("KFORGE_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["plan", "show", "x.json"]) == 1
     line = _one_error_line(capsys)
@@ -207,7 +207,7 @@ def _cli(args: list[str], env_changes: dict[str, str | None], cwd: Path) -> subp
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for key, value in env_changes.items():
         env.pop(key, None) if value is None else env.__setitem__(key, value)
-    return subprocess.run([sys.executable, "-m", "forge.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "kforge.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=300)
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from forge.cli import main
 from forge.demos import DEFAULT_DEMO, DEMOS, UnknownDemoError, demo_names, get_demo
 from forge.demos.llama import DemoConfig, DemoDecoder
 from forge.demos.unet import DemoUNet, UNetConfig, unet_config
 from forge.profiler import ModuleFunctionKernelProfiler
+from kforge.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 KINETO_LINE = re.compile(r"^(USDT|STAGE):\d{4}-\d\d-\d\d ", re.MULTILINE)
@@ -118,7 +118,7 @@ def _cli(args: list[str], env_changes: dict[str, str | None]) -> subprocess.Comp
 
 def test_kforge_optimize_demo_unet_prints_its_profile_without_kineto_lines() -> None:
     # This process may already hold the profiler's KINETO_LOG_LEVEL; the child must start without it.
-    done = _cli(["-m", "forge.cli", "optimize", "--demo", "unet", "--device", "cpu", "--provider-threshold", "100",
+    done = _cli(["-m", "kforge.cli", "optimize", "--demo", "unet", "--device", "cpu", "--provider-threshold", "100",
                  "--no-generate"], {"KINETO_LOG_LEVEL": None})
     assert done.returncode == 0, done.stderr
     assert "demo unet" in done.stdout and "group_norm" in done.stdout

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from forge.cli import main
 from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError
 from forge.plan_schema import PlanLimits, read_plan_json, validate_plan_dict
 from forge.samples import Sample, draw_sample, signature_of
+from kforge.cli import main
 from tests.forge.providers_for_tests import FastGeluProvider
 
 

@@ -3,7 +3,7 @@ user's key, the signature covers the whole document, `kforge plan sign/show/veri
 `plan verify` runs a generated kernel in the sandbox before any other process imports it.
 
 Plans are real files written by `KernelOptimizationPlan.save`; tampering edits the JSON as an attacker would
-(replacing the source and recomputing `source_sha256`, deleting the hash). The CLI runs through `forge.cli.main`.
+(replacing the source and recomputing `source_sha256`, deleting the hash). The CLI runs through `kforge.cli.main`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from forge.cli import main
 from forge.outcome import Outcome
 from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError
 from forge.samples import Sample
@@ -30,6 +29,7 @@ from forge.signing import (
     sign_document,
 )
 from forge.verify import VerifySettings, verify_plan_file
+from kforge.cli import main
 from tests.agent.kernels import SILU_HANG, SILU_OK, SILU_WRONG
 from tests.forge.providers_for_tests import FastGeluProvider
 
@@ -281,7 +281,7 @@ def test_static_providers_skip_the_sandbox(tmp_path, monkeypatch) -> None:
 
 def test_optimize_reports_who_signed_the_saved_plan_or_how_to_sign_it(tmp_path, monkeypatch, capsys) -> None:
     from agent.provider import GeneratedKernelProvider
-    from forge.cli import _save_plan
+    from kforge.cli import _save_plan
 
     sample = _silu_sample()
     provider = GeneratedKernelProvider("silu", SILU_OK, signatures=[sample])

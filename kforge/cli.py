@@ -44,7 +44,7 @@ from forge.verify import DEFAULT_VERIFY_TIMEOUT_S
 
 __all__ = ["main", "load_target", "load_inputs", "UsageError"]
 
-logger = logging.getLogger("forge.cli")
+logger = logging.getLogger("kforge.cli")
 
 
 # ---------------------------------------------------------------------------------------------------------
