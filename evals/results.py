@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from forge.errors import KernelForgeError
+
 from .metrics import normalize_records
 from .problems.base import Problem
 
@@ -165,7 +167,7 @@ class ResultsStore:
 # ---------------------------------------------------------------------------------------------------------
 # One writer per output folder
 # ---------------------------------------------------------------------------------------------------------
-class OutputFolderBusyError(RuntimeError):
+class OutputFolderBusyError(KernelForgeError, RuntimeError):
     """Another run holds the output folder's lock. `holder` is what it wrote in the lock file (pid, host, start)."""
 
     def __init__(self, folder: Path, holder: Mapping[str, Any]) -> None:

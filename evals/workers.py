@@ -40,6 +40,7 @@ from evals.problems import Problem
 from evals.sources.base import EvalSource
 from evals.sources.evaluation import failure_record
 from forge.checking import KernelUtils
+from forge.errors import KernelForgeError
 
 __all__ = [
     "EXIT_CUDA_ERROR",
@@ -192,7 +193,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, source: EvalSource
 # ---------------------------------------------------------------------------------------------------------
 # The parent
 # ---------------------------------------------------------------------------------------------------------
-class WorkerStartupError(RuntimeError):
+class WorkerStartupError(KernelForgeError, RuntimeError):
     """A worker could not start (the source's setup failed); the run cannot go on."""
 
 

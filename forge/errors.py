@@ -1,13 +1,41 @@
-"""`UsageError`: a failure the user can fix (a bad flag, a missing folder, a model that does not import).
+"""kernel-forge's exceptions, one hierarchy (as httpx's `_exceptions.py`): what a caller can catch, and the outcome
+each one means.
 
-The CLI prints these as one line (`kforge: <message>`, exit status 2) and everything else as an internal error with
-a traceback log (`kforge.cli.main`), so the message of a `UsageError` must name the problem and the fix on its own.
+    KernelForgeError                 every error kernel-forge raises on purpose
+    ├── UsageError                   the user can fix it (a bad flag, a missing folder, a model that does not import)
+    │                                 : the CLI prints it as one line, `kforge: <message>`, exit status 2
+    ├── HarnessError                 the harness failed, not the candidate (forge.outcome): `harness_error`
+    ├── sandbox events (forge.sandbox): SandboxUnavailableError (no boundary: `harness_error`), SandboxChildLost
+    │   (the child ended or broke the protocol: `crash`), SandboxLimitReached and WireError / ReplyTooLarge (a limit
+    │   or a broken message of the harness: `harness_error`)
+    └── CandidateError               the candidate was judged at fault while it ran: its `outcome`
+        ├── SpotCheckError           a timed pass computed something else (forge.checking.spot_check): `mismatch`
+        ├── IntegrityError           it patched what judges or times it (forge.checking.integrity): `mismatch`
+        ├── NotCapturableError       it cannot run under CUDA graphs (forge.checking.benchmarking): `runtime_error`
+        └── CandidateAbort           it raised SystemExit / KeyboardInterrupt / GeneratorExit (forge.outcome)
+
+Each class's `outcome` (a `forge.outcome.Outcome` value) is what a report shows for it:
+`forge.outcome.outcome_of_exception` reads it, so no caller matches types or text to find a status. Some keep a
+standard base as well (`ValueError` for bad input, `RuntimeError` for a check that failed), so existing
+`except ValueError` code keeps working. Anything else a candidate raises is its `runtime_error`.
 """
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
+__all__ = ["CandidateError", "KernelForgeError", "UsageError"]
 
 
-class UsageError(Exception):
+class KernelForgeError(Exception):
+    """Base of every error kernel-forge raises on purpose; `outcome` says what it means for a candidate."""
+
+    outcome = "runtime_error"
+
+
+class UsageError(KernelForgeError):
     """An expected, user-fixable failure; its message is shown as is, on one line."""
+
+    outcome = "harness_error"
+
+
+class CandidateError(KernelForgeError):
+    """The candidate misbehaved while the harness ran it (see the subclasses for the outcome of each)."""

@@ -56,6 +56,7 @@ from forge.checking.integrity import Snapshot
 from forge.checking.spot_check import SpotCheckError
 from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
 from forge.environment import environment_fingerprint
+from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, Judge
@@ -67,6 +68,7 @@ from forge.outcome import (
     HarnessError,
     Outcome,
     candidate_code,
+    outcome_of_exception,
     watch_interrupts,
 )
 from forge.plan import KernelOptimizationPlan, PlanEntry
@@ -142,6 +144,20 @@ def default_generation_timeout() -> float:
 
 
 _BACKBONE_SHARE = 0.5  # a module called once per pass that holds more of the kernel time than this is the model
+
+
+def _timing_failure(exc: Exception) -> tuple[ReportStatus, str]:
+    """The report row of a candidate whose timing raised: the status its exception's type means
+    (`forge.outcome.outcome_of_exception`; a kernel that cannot be captured in a CUDA graph has its own status) and
+    the error text. A spot check that failed is `mismatch`; the reference failing on the timed inputs is the
+    harness's; anything else the candidate raised is its `runtime_error`."""
+    if isinstance(exc, NotCapturableError):
+        return ReportStatus.NOT_CAPTURABLE, str(exc)
+    outcome = outcome_of_exception(exc)
+    if isinstance(exc, KernelForgeError) and not isinstance(exc, CandidateAbort):
+        return ReportStatus(outcome.value), str(exc) if outcome is not Outcome.HARNESS_ERROR else \
+            f"{type(exc).__name__}: {exc}"
+    return ReportStatus(outcome.value), f"benchmark raised {_aborted(exc)}"
 
 
 def _nested(a: nn.Module, b: nn.Module) -> bool:
@@ -709,23 +725,10 @@ class KernelOptimizer:
                         c.result = utils.benchmark(CandidateCall(c.provider), search.benchmark_samples,
                                                    reference=search.reference)
                         judge.check(f"while timing {c.provider.name}")
-                    except SpotCheckError as exc:  # wrong on a timed pass: rejected like any wrong output
-                        logger.warning("%s failed the spot check of its timed passes: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, ReportStatus.MISMATCH, error=str(exc))
-                        continue
-                    except HarnessError as exc:  # the reference failed on the timed inputs: not the candidate
-                        logger.warning("The harness failed spot-checking %s: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, ReportStatus.HARNESS_ERROR,
-                                  error=f"{type(exc).__name__}: {exc}")
-                        continue
-                    except NotCapturableError as exc:
-                        logger.warning("%s cannot run under CUDA graphs: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, ReportStatus.NOT_CAPTURABLE, error=str(exc))
-                        continue
-                    except Exception as exc:
-                        logger.warning("Benchmark failed for %s: %s", c.description, exc)
-                        self._row(name, c.provider.name, c.source, ReportStatus.RUNTIME_ERROR,
-                                  error=f"benchmark raised {_aborted(exc)}")
+                    except Exception as exc:  # wrong on a timed pass, patched the judge, not capturable, raised...
+                        status, error = _timing_failure(exc)
+                        logger.warning("Timing %s: %s (%s)", c.description, status.value, error)
+                        self._row(name, c.provider.name, c.source, status, error=error)
                         continue
                     timed.append(c)
                 second = utils.benchmark(baseline_fn, search.benchmark_samples)

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
+from forge.errors import CandidateError, KernelForgeError
+
 __all__ = [
     "CandidateAbort",
     "CandidateCall",
@@ -60,10 +62,12 @@ class Outcome(StrEnum):
         return self not in (Outcome.OK, Outcome.HARNESS_ERROR)
 
 
-class HarnessError(Exception):
+class HarnessError(KernelForgeError):
     """`validate` could not judge the candidate because the harness failed: the reference raised on a captured
     sample or ran out of memory, or a check of ours broke. Never the candidate's fault. `reason` is one line;
     `out_of_memory` says whether memory ran out; the original exception is `__cause__`."""
+
+    outcome = "harness_error"
 
     def __init__(self, reason: str, *, out_of_memory: bool = False) -> None:
         super().__init__(reason)
@@ -71,9 +75,11 @@ class HarnessError(Exception):
         self.out_of_memory = out_of_memory
 
 
-class CandidateAbort(Exception):  # noqa: N818 - named for what happened, like SystemExit
+class CandidateAbort(CandidateError):  # noqa: N818 - named for what happened, like SystemExit
     """Candidate code raised `SystemExit`, `KeyboardInterrupt` or `GeneratorExit` (kept as `__cause__`); an
     `Exception`, so the ordinary handlers around a candidate contain it."""
+
+    outcome = "runtime_error"
 
     def __init__(self, original: BaseException) -> None:
         self.original_type = type(original).__name__
@@ -234,6 +240,13 @@ def outcome_of_issues(errors: Iterable[str]) -> Outcome:
     if not kinds:
         return Outcome.OK
     return Outcome.RUNTIME_ERROR if Outcome.RUNTIME_ERROR in kinds else Outcome.MISMATCH
+
+
+def outcome_of_exception(exc: BaseException) -> Outcome:
+    """What an exception means for a candidate: its class's `outcome` (`forge.errors`); anything else a candidate
+    raised is its `runtime_error`. The one place a status is derived from an exception."""
+    value = getattr(type(exc), "outcome", None) if isinstance(exc, KernelForgeError) else None
+    return Outcome(value) if value else Outcome.RUNTIME_ERROR
 
 
 def is_memory_exhaustion(exc: BaseException) -> bool:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from forge.environment import environment_differences, environment_fingerprint
+from forge.errors import KernelForgeError
 from forge.execution import Execution, parse_execution
 from forge.plan_schema import read_plan_json, validate_plan_dict
 from forge.provider import KernelProvider, provider_type
@@ -47,7 +48,7 @@ PLAN_FORMAT = "kernel-forge-plan"
 PLAN_VERSION = 1
 
 
-class PlanLoadError(ValueError):
+class PlanLoadError(KernelForgeError, ValueError):
     """A plan file or dict that cannot be loaded; the message names the problem and the fix."""
 
 

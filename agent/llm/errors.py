@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from forge.errors import KernelForgeError
+
 if TYPE_CHECKING:
     from agent.llm.usage import TokenUsage
 
@@ -57,7 +59,7 @@ LLM_ERROR_KINDS: frozenset[str] = frozenset(
 RETRYABLE_KINDS: frozenset[str] = frozenset({"rate_limited", "server", "timeout", "connection", "malformed", "empty"})
 
 
-class LLMError(Exception):
+class LLMError(KernelForgeError):
     """A failed LLM call. `kind` is one of `LLM_ERROR_KINDS`; `status` is the HTTP status when there was one."""
 
     def __init__(self, kind: LLMErrorKind | str, message: str, status: int | None = None) -> None:

@@ -26,6 +26,7 @@ from agent.languages import get_language
 from agent.prompting.context import kernel_task_context, module_task_context
 from agent.prompting.task import KernelTask, ModuleTask
 from agent.prompting.views import Failure, Performance
+from forge.errors import KernelForgeError
 from prompts import PROMPTS_DIR
 
 __all__ = ["EXAMPLES_DIR", "PROMPT_FORMAT_VERSION", "PromptRenderer", "PromptTemplateError"]
@@ -39,7 +40,7 @@ DEFAULT_LANGUAGE = "triton"
 TEMPLATE_SUFFIX = ".j2"
 
 
-class PromptTemplateError(ValueError):
+class PromptTemplateError(KernelForgeError, ValueError):
     """A template failed to load or render (unknown variable, syntax error, missing include)."""
 
 

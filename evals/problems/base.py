@@ -11,12 +11,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from forge.errors import KernelForgeError
+
 __all__ = ["Problem", "ProblemKind", "Provenance", "SuiteFormatError", "Tolerance"]
 
 ProblemKind = Literal["function", "module"]
 
 
-class SuiteFormatError(ValueError):
+class SuiteFormatError(KernelForgeError, ValueError):
     """A suite file or problem folder that does not follow its schema; names the file, the problem and the field."""
 
     def __init__(self, message: str, *, path: str | None = None, problem_id: str | None = None,

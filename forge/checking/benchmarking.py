@@ -70,6 +70,7 @@ from forge.checking import integrity
 from forge.checking.inputs import as_sample, materialise
 from forge.checking.integrity import Group, IntegrityError
 from forge.checking.spot_check import SpotCheck, SpotCheckError, SpotRecorder
+from forge.errors import CandidateError
 from forge.execution import TimingMode, parse_timing_mode
 from forge.samples import Sample, TensorSpec, clone_tensor, clone_value, iter_tensors, map_values
 
@@ -397,9 +398,11 @@ class _CudaTimer:
         return max(stream_ms, all_ms - self.sync_overhead_ms), None if outputs is None else (outputs, inputs)
 
 
-class NotCapturableError(RuntimeError):
+class NotCapturableError(CandidateError, RuntimeError):
     """The timed callable cannot be captured in a CUDA graph, so it has no device-mode timing (and could not run
     under CUDA graphs or `torch.compile(mode="reduce-overhead")` either)."""
+
+    outcome = "runtime_error"
 
 
 class _GraphTimer:

@@ -66,6 +66,7 @@ from forge.checking.compare import (
     unchanged_after_upcast,
 )
 from forge.checking.tolerance import allowed_error, output_scale, rounding_unit, tolerance_for
+from forge.errors import KernelForgeError
 from forge.outcome import ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample, clone_tensor, map_values
 
@@ -92,8 +93,10 @@ _WIDE_FLOATS = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 _DOUBLE_FLOATS = (torch.float64, torch.complex128)
 
 
-class ReferenceFailure(Exception):
+class ReferenceFailure(KernelForgeError):
     """The reference function raised on this input (the input is invalid for the function)."""
+
+    outcome = "harness_error"
 
 
 class LeafKind:

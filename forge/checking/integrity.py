@@ -48,6 +48,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from forge.errors import CandidateError
+
 __all__ = ["STABLE_GROUPS", "Change", "ChangeKind", "Group", "IntegrityError", "Snapshot", "baseline",
            "extend_baseline", "verify_baseline"]
 
@@ -116,9 +118,11 @@ class Change:
         return f"{self.name} was {self.kind.value}"
 
 
-class IntegrityError(RuntimeError):
+class IntegrityError(CandidateError, RuntimeError):
     """What judges or times a candidate was changed (monkey-patched) while untrusted code could run; `changes`
     names each attribute. The snapshot's originals have been put back when `restored` is True."""
+
+    outcome = "mismatch"  # as the integrity probe reports a patch during validation
 
     def __init__(self, changes: Iterable[Change], *, when: str = "", restored: bool = False) -> None:
         self.changes = tuple(changes)

@@ -48,6 +48,7 @@ import torch
 from forge.checking.expectation import ReferenceFailure, build_expectation, synchronize_devices
 from forge.checking.probes import compare_with_expectation
 from forge.checking.tolerance import resolve_tolerances
+from forge.errors import CandidateError
 from forge.outcome import HarnessError, ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample
 
@@ -84,11 +85,13 @@ class SpotCheck:
             raise ValueError(f"SpotCheck.error_factor must be a finite number >= 0, got {self.error_factor}")
 
 
-class SpotCheckError(RuntimeError):
+class SpotCheckError(CandidateError, RuntimeError):
     """A timed pass's output does not match the reference: the kernel computes something else when it is timed.
 
     `pass_number`: the timed pass (1-based, warm-up excluded); `call`: the call within the pass (the benchmark
     sample's position); `issue`: the comparison's `ValidationIssue` (worst error, index, expected and actual)."""
+
+    outcome = "mismatch"
 
     def __init__(self, pass_number: int, passes: int, call: int, issue: ValidationIssue) -> None:
         self.pass_number = pass_number

@@ -31,6 +31,7 @@ from forge.demos.libraries import (
 )
 from forge.demos.llama import demo_inputs, demo_model
 from forge.demos.unet import unet_inputs, unet_model
+from forge.errors import KernelForgeError
 from forge.samples import Sample
 
 __all__ = ["DEFAULT_DEMO", "DEMOS", "Demo", "UnknownDemoError", "demo_names", "get_demo"]
@@ -48,7 +49,7 @@ class Demo:
     description: str
 
 
-class UnknownDemoError(ValueError):
+class UnknownDemoError(KernelForgeError, ValueError):
     """A demo name that is not in `DEMOS`; the message names the choices."""
 
 

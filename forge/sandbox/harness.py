@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from forge.checking.poison import PoisonPattern
+from forge.errors import CandidateError, KernelForgeError
 from forge.judging.verdict import HarnessLimit
 from forge.outcome import HarnessError, Outcome, is_memory_exhaustion, issue_of
 from forge.samples import Sample
@@ -76,19 +77,23 @@ class ChildClock:
             return self._used + running
 
 
-class SandboxChildLost(Exception):  # noqa: N818 - an event, reported as such
+class SandboxChildLost(KernelForgeError):  # noqa: N818 - an event, reported as such
     """The child ended, stopped answering or broke the protocol; the run is classified from how it ended."""
 
+    outcome = "crash"
 
-class SandboxLimitReached(Exception):  # noqa: N818 - an event, reported as such
+
+class SandboxLimitReached(KernelForgeError):  # noqa: N818 - an event, reported as such
     """The child reached a limit of the harness (`HarnessLimit`): the run ends as `harness_error`, no verdict."""
+
+    outcome = "harness_error"
 
     def __init__(self, limit: HarnessLimit, message: str) -> None:
         super().__init__(message)
         self.limit = limit
 
 
-class CandidateRaised(Exception):  # noqa: N818
+class CandidateRaised(CandidateError):  # noqa: N818
     """The candidate raised in the child (subclassed per type name, so the oracle's issue names the real type)."""
 
 

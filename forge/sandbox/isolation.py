@@ -49,6 +49,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from forge.errors import KernelForgeError
+
 __all__ = [
     "UNSAFE_ENV",
     "Isolation",
@@ -91,7 +93,7 @@ class IsolationLevel(enum.StrEnum):
     NONE = "none"
 
 
-class SandboxUnavailableError(RuntimeError):
+class SandboxUnavailableError(KernelForgeError, RuntimeError):
     """The bubblewrap boundary cannot be set up here and the caller did not opt out of it."""
 
 

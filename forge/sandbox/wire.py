@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from forge.errors import KernelForgeError
+
 __all__ = [
     "MAX_FDS",
     "MAX_HEADER_BYTES",
@@ -70,8 +72,10 @@ _RECV_CHUNK = 1 << 20
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 
 
-class WireError(Exception):
+class WireError(KernelForgeError):
     """A malformed, oversized or unexpected message."""
+
+    outcome = "harness_error"
 
 
 class PeerGone(WireError):

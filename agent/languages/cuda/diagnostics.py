@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from forge.errors import KernelForgeError
+
 __all__ = ["CompileDiagnostic", "CudaCompileError", "MAX_DIAGNOSTICS", "format_diagnostics", "parse_compiler_output"]
 
 MAX_DIAGNOSTICS = 8
@@ -43,7 +45,7 @@ class CompileDiagnostic:
         return f"{where}: {self.severity}: {self.message}"
 
 
-class CudaCompileError(RuntimeError):
+class CudaCompileError(KernelForgeError, RuntimeError):
     """A CUDA build failed. `diagnostics` is the short list; `log` the full compiler output (for logs, not prompts)."""
 
     def __init__(self, diagnostics: list[CompileDiagnostic], log: str, backend: str) -> None:

@@ -35,6 +35,7 @@ from agent.languages.cuda.diagnostics import CudaCompileError, parse_compiler_ou
 from agent.languages.cuda.source import KernelParam, KernelSignature, parse_kernels
 from agent.languages.cuda.toolchain import Toolchain, toolchain
 from forge.checking.launch_check import note_launch
+from forge.errors import KernelForgeError
 
 __all__ = ["CudaKernels", "CudaLaunchError", "add_launch_observer", "clear_loaded", "install_launch_counting",
            "load_cuda", "remove_launch_observer"]
@@ -48,7 +49,7 @@ _STRUCT_CODES = {"ptr": "Q", "i32": "i", "u32": "I", "i64": "q", "u64": "Q", "f3
 _INT_RANGE = {"i32": (-(2**31), 2**31), "u32": (0, 2**32), "i64": (-(2**63), 2**63), "u64": (0, 2**64)}
 
 
-class CudaLaunchError(RuntimeError):
+class CudaLaunchError(KernelForgeError, RuntimeError):
     """A launch was refused by the driver or given arguments that do not fit the kernel's parameters."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from forge.errors import KernelForgeError
 from forge.functional import original_function
 from forge.samples import Sample
 
@@ -48,7 +49,7 @@ def _serves_everything(arguments: Mapping[str, Any]) -> str | None:
     return None
 
 
-class LibraryUnavailable(ValueError):
+class LibraryUnavailable(KernelForgeError, ValueError):
     """A kernel library that cannot be used here; the message is one line and names the extra to install."""
 
 
