@@ -79,7 +79,7 @@ from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvid
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.samples import Sample
 
-__all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "REPORT_COLUMNS", "ReportStatus"]
+__all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "PlanResult", "REPORT_COLUMNS", "ReportStatus"]
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,43 @@ def _check_percent(name: str, value: float) -> float:
 
 
 @dataclass
+class _Run:
+    """The state of one `make_plan` call (a fresh one per call; the optimizer keeps only its settings)."""
+
+    execution: Execution
+    compile_options: dict[str, Any]
+    timing_utils: KernelUtils
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    profile_summary: pd.DataFrame | None = None
+    module_profile: ModuleProfile | None = None
+    clock: ClockChoice | None = None
+    end_to_end: pd.DataFrame | None = None
+    plan_check: PlanCheck | None = None
+    selected_entries: tuple[PlanEntry, ...] = ()
+
+    @property
+    def report(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=REPORT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Everything one `make_plan` found (`KernelOptimizer.optimize`): the plan; `report`, one row per candidate
+    (status, outcome, latency, speedup, error); `profile_summary`, time per function; `module_profile`, kernel time
+    by module class; `clock`, how kernels were compared; `end_to_end` and `plan_check`, the whole-model check;
+    `selected_entries`, the per-function winners before that check."""
+
+    plan: KernelOptimizationPlan
+    report: pd.DataFrame
+    profile_summary: pd.DataFrame | None = None
+    module_profile: ModuleProfile | None = None
+    clock: ClockChoice | None = None
+    end_to_end: pd.DataFrame | None = None
+    plan_check: PlanCheck | None = None
+    selected_entries: tuple[PlanEntry, ...] = ()
+
+
+@dataclass
 class _Candidate:
     provider: KernelProvider
     source: str
@@ -255,17 +292,29 @@ class KernelOptimizer:
         self.module_sources = list(module_sources or [])
         self.module_min_time_share_percent = _check_percent("module_min_time_share_percent",
                                                             module_min_time_share_percent)
-        self.end_to_end: pd.DataFrame | None = None
-        self.plan_check: PlanCheck | None = None
-        self.selected_entries: tuple[PlanEntry, ...] = ()
-        self.clock: ClockChoice | None = None  # the clock of the last make_plan's selection
-        self.module_profile: ModuleProfile | None = None  # kernel time by module class of the last make_plan
-        self.report: pd.DataFrame = pd.DataFrame(columns=REPORT_COLUMNS)
-        self.profile_summary: pd.DataFrame | None = None
-        self._rows: list[dict[str, Any]] = []
-        self._execution = Execution.EAGER  # make_plan sets these three for its run
-        self._compile_options: dict[str, Any] = {}
-        self._timing_utils = self.kernel_utils
+        self._run = _Run(Execution.EAGER, {}, self.kernel_utils)  # the state of one make_plan call
+        self.last_result: PlanResult | None = None  # what the last make_plan found (`PlanResult`)
+
+    # -- what the last make_plan found (read-only views of its run; `last_result` is the frozen record) ---------
+    report = property(lambda self: self._run.report, doc="Every candidate: status, outcome, latency, error.")
+    profile_summary = property(lambda self: self._run.profile_summary, doc="Time per function of the model.")
+    module_profile = property(lambda self: self._run.module_profile, doc="Kernel time by module class.")
+    clock = property(lambda self: self._run.clock, doc="The selection clock and the measurements behind it.")
+    end_to_end = property(lambda self: self._run.end_to_end, doc="The end-to-end check's table.")
+    plan_check = property(lambda self: self._run.plan_check, doc="The end-to-end check (`PlanCheck`).")
+    selected_entries = property(lambda self: self._run.selected_entries,
+                                doc="The entries selected per function, before the end-to-end check.")
+    _execution = property(lambda self: self._run.execution)
+    _compile_options = property(lambda self: self._run.compile_options)
+    _timing_utils = property(lambda self: self._run.timing_utils)
+
+    @property
+    def _rows(self) -> list[dict[str, Any]]:
+        return self._run.rows
+
+    @_rows.setter
+    def _rows(self, rows: list[dict[str, Any]]) -> None:
+        self._run.rows = rows
 
     # -- sources ------------------------------------------------------------------------------------------
     def _providers_for(self, name: str) -> list[KernelProvider]:
@@ -291,9 +340,29 @@ class KernelOptimizer:
         """Profile `function(*sample)` for each sample of `data` inside `module` and return the best plan for running
         it as `execution` (`"eager"`, `"cuda_graphs"` or `"compile"`; `compile_options` go to `torch.compile` in the
         end-to-end check)."""
+        return self.optimize(function, data, module=module, execution=execution,
+                             compile_options=compile_options).plan
+
+    def optimize(
+        self,
+        function: Callable,
+        data: Sequence[Any] | None = None,
+        *,
+        module: nn.Module | None = None,
+        execution: Execution | str = Execution.EAGER,
+        compile_options: dict[str, Any] | None = None,
+    ) -> PlanResult:
+        """`make_plan`, returning everything it found as one frozen `PlanResult` (the plan, the candidates'
+        report, the profiles, the selection clock and the end-to-end check); also kept as `last_result`."""
         with watch_interrupts():  # tells a candidate's own KeyboardInterrupt from the user's Ctrl-C
-            return self._make_plan(function, data, module=module, execution=execution,
+            plan = self._make_plan(function, data, module=module, execution=execution,
                                    compile_options=compile_options)
+        run = self._run
+        self.last_result = PlanResult(plan=plan, report=run.report, profile_summary=run.profile_summary,
+                                      module_profile=run.module_profile, clock=run.clock,
+                                      end_to_end=run.end_to_end, plan_check=run.plan_check,
+                                      selected_entries=run.selected_entries)
+        return self.last_result
 
     def _make_plan(
         self,
@@ -314,17 +383,8 @@ class KernelOptimizer:
                 )
         if not isinstance(module, nn.Module):
             raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
-        self._rows = []
-        self.report = pd.DataFrame(columns=REPORT_COLUMNS)
-        self.profile_summary = None
-        self.end_to_end = None
-        self.plan_check = None
-        self.selected_entries = ()
-        self._execution = execution
-        self._compile_options = dict(compile_options or {})
-        self._timing_utils = dataclasses.replace(self.kernel_utils, timing=execution.timing_mode)
-        self.clock = None
-        self.module_profile = None
+        self._run = _Run(execution, dict(compile_options or {}),
+                         dataclasses.replace(self.kernel_utils, timing=execution.timing_mode))
         clock = Stopwatch()
 
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
@@ -345,12 +405,12 @@ class KernelOptimizer:
         device = getattr(profile, "device", None)
         if summary.empty:
             logger.info("No torch.nn.functional calls found inside the module: returning an empty plan.")
-            self.profile_summary = summary
+            self._run.profile_summary = summary
             return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
 
-        self.module_profile = self._profile_modules(function, data, module, profile)
-        self.clock = self._choose_clock(function, data, module, profile, execution)
-        self._timing_utils = dataclasses.replace(self.kernel_utils, timing=self.clock.timing)
+        self._run.module_profile = self._profile_modules(function, data, module, profile)
+        self._run.clock = self._choose_clock(function, data, module, profile, execution)
+        self._run.timing_utils = dataclasses.replace(self.kernel_utils, timing=self.clock.timing)
         progress("selection clock: %s (%s)", self.clock.timing.value, self.clock.reason)
 
         pct = dict(zip(summary["function_name"], summary["time_spent_pct"], strict=True))
@@ -364,7 +424,7 @@ class KernelOptimizer:
         marked = summary.copy()
         marked["provider"] = ["✓" if n in provider_functions else "" for n in marked["function_name"]]
         marked["generator"] = ["✓" if n in generator_functions else "" for n in marked["function_name"]]
-        self.profile_summary = marked
+        self._run.profile_summary = marked
         logger.info("Profile summary:\n%s", marked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
         searches: dict[str, _FunctionSearch] = {}
@@ -384,13 +444,12 @@ class KernelOptimizer:
         self._collect_generated(searches, tasks, generation_deadline)
         entries = self._select(searches)
         entries += self._module_entries(function, data, module)
-        self.selected_entries = tuple(entries)  # before the end-to-end check
+        self._run.selected_entries = tuple(entries)  # before the end-to-end check
         if entries and self.end_to_end_check:
             entries = self._check_end_to_end(function, data, module, entries)
         plan = KernelOptimizationPlan(entries=tuple(entries), environment=environment_fingerprint(device),
                                       execution=execution)
 
-        self.report = pd.DataFrame(self._rows, columns=REPORT_COLUMNS)
         if not self.report.empty:
             logger.info("Candidates:\n%s", self.report.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         progress("plan ready in %s: %d function(s) replaced", clock, len(plan))
@@ -814,8 +873,8 @@ class KernelOptimizer:
                 runner.close()
         for entry, why in check.dropped:
             self._mark_dropped(entry, why)
-        self.end_to_end = check.frame()
-        self.plan_check = check
+        self._run.end_to_end = check.frame()
+        self._run.plan_check = check
         logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         return list(check.kept)
 

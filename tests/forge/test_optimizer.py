@@ -345,3 +345,19 @@ def test_a_candidate_wrong_only_while_timed_is_a_spot_check_mismatch(slow_baseli
     row = optimizer.report.set_index("candidate").loc["_TimedPassCheat"]
     assert row["status"] == ReportStatus.MISMATCH
     assert "spot check of timed pass" in row["error"] and "max abs error" in row["error"]
+
+
+def test_optimize_returns_everything_it_found_as_one_frozen_result(slow_baseline) -> None:
+    import dataclasses
+
+    from forge.optimizer import PlanResult
+
+    optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], kernel_utils=FAST_UTILS, end_to_end_blocks=3)
+    result = optimizer.optimize(GeluNet(), _data())
+    assert isinstance(result, PlanResult) and result is optimizer.last_result
+    assert set(result.report["status"]) & {"selected", "dropped (not faster end to end)"}
+    assert result.plan_check is not None and result.clock is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.plan = None
+    second = optimizer.optimize(GeluNet(), _data(), execution="cuda_graphs")  # a new run, the first result stays
+    assert second is not result and result.plan.execution.value == "eager"
