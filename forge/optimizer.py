@@ -284,8 +284,9 @@ class KernelOptimizer:
             raise ValueError(f"generation_timeout must be a number of seconds >= 0, got {generation_timeout!r}")
         self.generation_timeout = float(generation_timeout)
         self.end_to_end_check = bool(end_to_end_check)
-        if isinstance(end_to_end_blocks, bool) or not isinstance(end_to_end_blocks, int) or end_to_end_blocks < 1:
-            raise ValueError(f"end_to_end_blocks must be an int >= 1, got {end_to_end_blocks!r}")
+        if isinstance(end_to_end_blocks, bool) or not isinstance(end_to_end_blocks, int) or end_to_end_blocks < 5:
+            raise ValueError(f"end_to_end_blocks must be an int >= 5 (the sign test over fewer blocks can never show "
+                             f"a win at the 5% level), got {end_to_end_blocks!r}")
         self.end_to_end_blocks = end_to_end_blocks
         # Module kernels (forge.modules): a factory per source, called with a qualified class name; the classes tried
         # are those whose own forwards hold at least this share of the kernel time outside F calls.

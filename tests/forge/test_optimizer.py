@@ -352,10 +352,10 @@ def test_optimize_returns_everything_it_found_as_one_frozen_result(slow_baseline
 
     from forge.optimizer import PlanResult
 
-    optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], kernel_utils=FAST_UTILS, end_to_end_blocks=3)
+    optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], kernel_utils=FAST_UTILS, end_to_end_blocks=5)
     result = optimizer.optimize(GeluNet(), _data())
     assert isinstance(result, PlanResult) and result is optimizer.last_result
-    assert set(result.report["status"]) & {"selected", "dropped (not faster end to end)"}
+    assert result.plan.functions == ["gelu"] and set(result.report["status"]) >= {"baseline", "selected"}
     assert result.plan_check is not None and result.clock is not None
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.plan = None
