@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from evals.metrics import BASELINES
+from forge.text import clip
 
 __all__ = ["add_eval_parser", "build_source", "default_out_dir", "run_eval_command"]
 
@@ -278,8 +279,7 @@ def problem_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _clip(text: str, width: int = 70) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(text, width, ellipsis="…")
 
 
 def run_eval_command(args: argparse.Namespace) -> int:

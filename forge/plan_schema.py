@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forge.text import clip
+
 __all__ = ["PlanLimits", "DEFAULT_LIMITS", "read_plan_json", "validate_plan_dict"]
 
 
@@ -192,8 +194,7 @@ def _expect(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return clip(repr(value), 60, collapse=False)
 
 
 def _check_keys(obj: Mapping, allowed: frozenset[str], where: str, required: tuple[str, ...] = ()) -> None:

@@ -40,6 +40,7 @@ from torch import nn
 from forge.errors import UsageError
 from forge.judging import Judge
 from forge.samples import Sample, map_values
+from forge.text import clip
 from forge.verify import DEFAULT_VERIFY_TIMEOUT_S
 
 __all__ = ["main", "load_target", "load_inputs", "UsageError"]
@@ -276,8 +277,7 @@ def _print_table(title: str, frame: pd.DataFrame | None) -> None:
 
 
 def _clip(text: str, width: int = 100) -> str:
-    text = printable(" ".join(text.split()))
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clip(printable(" ".join(text.split())), width, ellipsis="…")
 
 
 def printable(text: str) -> str:

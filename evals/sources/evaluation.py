@@ -52,6 +52,7 @@ from forge.judging.judge import TrustedCall
 from forge.judging.modules import ModelCall, ReferenceModel
 from forge.outcome import HarnessError, Outcome, issue_of
 from forge.samples import Sample
+from forge.text import clip
 
 if TYPE_CHECKING:
     from evals.sources.base import EvalSource
@@ -92,8 +93,7 @@ _SEED = 0
 # Records
 # ---------------------------------------------------------------------------------------------------------
 def _one_line(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
+    return clip(text, _DETAIL_CHARS)
 
 
 def is_cuda_error(text: str | None) -> bool:

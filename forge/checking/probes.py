@@ -80,6 +80,7 @@ from forge.checking.inputs import as_sample, materialise
 from forge.checking.validation import LARGE_INPUT_BYTES, sample_input_bytes
 from forge.outcome import CandidateAbort, HarnessError, Outcome, ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample, Widening, clone_value, draw_sample
+from forge.text import clip
 
 __all__ = ["Probe", "ProbeSettings", "compare_with_expectation", "run_probes"]
 
@@ -483,5 +484,4 @@ def _issue(probe: Probe, label: str, message: str, *, kind: Outcome = Outcome.MI
 
 
 def _clip(text: str, limit: int = 600) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit, collapse=False)

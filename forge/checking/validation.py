@@ -117,6 +117,7 @@ from forge.outcome import (
     watch_interrupts,
 )
 from forge.samples import Sample, TensorSpec, draw_sample, map_values
+from forge.text import clip
 
 __all__ = [
     "LARGE_INPUT_BYTES",
@@ -486,8 +487,7 @@ def _describe_exception(exc: BaseException) -> str:
 
 
 def _clip(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 3] + "..."
+    return clip(text, _MAX_MESSAGE_CHARS, collapse=False)
 
 
 def _mismatch(message: str, **fields: Any) -> ValidationIssue:

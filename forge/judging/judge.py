@@ -40,6 +40,7 @@ from forge.judging.verdict import Verdict
 from forge.outcome import CandidateCall, HarnessError, Outcome, ValidationIssue, issue_of, outcome_of_issues
 from forge.samples import Sample
 from forge.sandbox.options import SandboxOptions
+from forge.text import clip
 
 if TYPE_CHECKING:
     from forge.sandbox.isolation import Isolation
@@ -175,5 +176,4 @@ class TrustedCall:
 
 
 def _short(text: str, limit: int = _MESSAGE_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)

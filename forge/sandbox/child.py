@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from forge.sandbox.protocol import INPUTS_FILE, JOB_FILE, MODULE_NAME, read_json
+from forge.text import clip
 
 __all__ = ["apply_limits", "is_device_fault", "main", "serve"]
 
@@ -52,8 +53,7 @@ def _tail(text: str, limit: int) -> str:
 
 
 def _short(text: str, limit: int = _MESSAGE_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def apply_limits(job: dict[str, Any]) -> None:

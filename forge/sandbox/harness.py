@@ -39,6 +39,7 @@ from forge.judging.verdict import HarnessLimit
 from forge.outcome import HarnessError, Outcome, is_memory_exhaustion, issue_of
 from forge.samples import Sample
 from forge.sandbox import wire
+from forge.text import clip
 
 __all__ = ["ChildClock", "SandboxCandidate", "SandboxChildLost", "SandboxLimitReached", "SessionResult", "run_session"]
 
@@ -108,8 +109,7 @@ def _raised_type(name: Any) -> type[CandidateRaised]:
 
 
 def _short(text: Any, limit: int = _MESSAGE_CHARS) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit)
 
 
 def _plain_failure(failure: Any, phase: str) -> dict[str, Any]:
