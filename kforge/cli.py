@@ -58,6 +58,10 @@ def _configure_logging(verbosity: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Library warnings (Dynamo's tracing notes, deprecations) go to the log, shown with -v, so they never land in
+    # the middle of a table; kernel-forge's own warnings (a plan run in another mode...) are log records anyway.
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.WARNING if verbosity else logging.ERROR)
     # Progress lines are always shown by the CLI.
     progress_logger = logging.getLogger("forge.progress")
     progress_logger.setLevel(logging.INFO)

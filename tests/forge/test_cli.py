@@ -90,3 +90,21 @@ def test_bad_llm_configuration_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setenv("KFORGE_LLM_INPUT_PRICE", "cheap")
     with pytest.raises(SystemExit, match="KFORGE_LLM_INPUT_PRICE"):
         main(["optimize", "--demo", "--device", "cpu"])
+
+
+def test_library_warnings_stay_out_of_the_output_unless_verbose(capsys) -> None:
+    import logging
+    import warnings
+
+    from kforge.cli import _configure_logging
+
+    try:
+        for verbosity, shown in ((0, False), (1, True)):
+            _configure_logging(verbosity)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.warn("Dynamo does not know how to trace this builtin", UserWarning, stacklevel=1)
+            assert ("Dynamo does not know" in capsys.readouterr().err) is shown
+    finally:
+        logging.captureWarnings(False)
+        logging.getLogger().handlers.clear()
