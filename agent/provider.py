@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.languages import get_language
-from agent.languages.triton_launch import LaunchCacheStats, cached_launchers
+from agent.languages.triton.launch import LaunchCacheStats, cached_launchers
 from agent.screening import format_violations
 from forge.atomic import write_text_atomic
 from forge.functional import original_function

@@ -4,7 +4,7 @@ Part A, host cost per call: N back-to-back calls, one device sync at the end, me
 variants' batches interleaved, so drift of the shared host hits all alike), on a small tensor (the device finishes
 each kernel before the host issues the next, so the figure is the host's) and at the demo's size (where the figure
 is max(host, device)). Variants: `torch.empty_like`, `F.silu` (ATen), the generated silu's Triton kernel launched by
-`kernel[grid]` through `JITFunction.run`, the same through `agent.languages.triton_launch`'s cached launcher, the
+`kernel[grid]` through `JITFunction.run`, the same through `agent.languages.triton.launch`'s cached launcher, the
 compiled kernel's launcher called directly (the floor), the generated `kernel_function` with and without the cache,
 the `GeneratedKernelProvider`, and that provider through an applied plan on a one-layer module (vs the same module
 in eager).
@@ -46,7 +46,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from agent.languages.triton_launch import cached_launchers, remove_cached_launchers  # noqa: E402
+from agent.languages.triton.launch import cached_launchers, remove_cached_launchers  # noqa: E402
 from agent.provider import GeneratedKernelProvider  # noqa: E402
 from agent.replies import extract_code  # noqa: E402
 from forge.checking import KernelUtils  # noqa: E402

@@ -3,7 +3,7 @@
 A language names itself, says how its sources are fenced in LLM replies and stored on disk, screens a source
 statically, imports a stored source and returns its entry callable, and tells the sandbox which environment and
 which exception classes belong to it, where its sandbox children keep their builds, whether it counts its own launches
-(the run-time launch check) and whether it builds candidates ahead of the sandbox. Triton (`triton.py`) and CUDA C++
+(the run-time launch check) and whether it builds candidates ahead of the sandbox. Triton (`triton/`) and CUDA C++
 (`cuda/`) implement it.
 """
 

@@ -53,7 +53,7 @@ modes or the counters; the static screen forbids the constructs needed (module a
 Cost. Only while a watch is active: one Python call and a short frame walk per ATen op of the wrapper, and a
 function-mode hop per torch function call (the Triton interpreter's own calls included). The language's counting
 hooks are installed by `launch_monitor()` (the judging processes), not by a plain load, so production launches pay
-nothing (Triton: `agent.languages.triton_hooks`). Measured on the CPU machine: the 21 honest kernels of the
+nothing (Triton: `agent.languages.triton.hooks`). Measured on the CPU machine: the 21 honest kernels of the
 project's corpus and replies pass; the autotuned silu validates in ~1.3 s under the watch, interpreted.
 """
 

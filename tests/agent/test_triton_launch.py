@@ -1,4 +1,4 @@
-"""Cached launches of generated Triton kernels (`agent.languages.triton_launch`).
+"""Cached launches of generated Triton kernels (`agent.languages.triton.launch`).
 
 On CPU the cache logic runs against real `JITFunction` objects (their parameters, hooks and global guards) whose
 JIT path is replaced by a recorder standing in for compile-and-launch; the interpreted path is checked to pass
@@ -21,8 +21,8 @@ import torch.nn.functional as F
 import triton.language  # noqa: F401 - first import under the conftest's TRITON_INTERPRET=1 (see _import)
 
 from agent.languages.triton import TritonLanguage
-from agent.languages.triton_hooks import install_triton_hooks, remove_triton_hooks
-from agent.languages.triton_launch import (
+from agent.languages.triton.hooks import install_triton_hooks, remove_triton_hooks
+from agent.languages.triton.launch import (
     CachedLauncher,
     TritonRuntimeHooks,
     _compile_keyer,

@@ -29,7 +29,7 @@ working). On a hit the JIT's guard against changed global variables is re-checke
 Under `TRITON_INTERPRET=1` `triton.jit` makes `InterpretedFunction`s, which are left untouched.
 
 The run-time launch check (`forge.checking.launch_check`) counts a hit as one launch of the kernel (the hooks of
-`agent.languages.triton_hooks` count the JIT path, which hits skip); outside a watch this costs one attribute read
+`agent.languages.triton.hooks` count the JIT path, which hits skip); outside a watch this costs one attribute read
 (~40 ns on the CI machine).
 """
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agent.languages.base import ExceptionClass, KernelLanguage, PromptFragments
-from agent.languages.triton_hooks import install_interpreter_autotune, install_triton_hooks, interpreting
-from agent.languages.triton_launch import install_cached_launchers, launch_cache_enabled
+from agent.languages.triton.hooks import install_interpreter_autotune, install_triton_hooks, interpreting
+from agent.languages.triton.launch import install_cached_launchers, launch_cache_enabled
 from agent.screening import policy
 from agent.screening.python_ast import PythonRules, analyse_python
 from agent.screening.violation import Violation
@@ -115,12 +115,12 @@ def _triton_kernel_classes() -> list[type]:
     """The classes of the Triton objects host code can hold without an internal name: a kernel of the file (the JIT
     function and its bases, the autotuner and heuristics wrappers, the interpreter's function), what `kernel[grid]`
     gives under `TRITON_INTERPRET=1` (the grid executor), what a launch returns (the compiled kernel), and the
-    harness's cached launcher that replaces `run` (`agent.languages.triton_launch`). Objects reached only through one
+    harness's cached launcher that replaces `run` (`agent.languages.triton.launch`). Objects reached only through one
     of their internal names (`kernel.params`, `compiled.asm`, `kernel.rewrite()`) need no entry. Looked up by name,
     so a Triton version without one just skips it."""
     import importlib
 
-    from agent.languages import triton_launch
+    from agent.languages.triton import launch as triton_launch
 
     wanted = {
         "triton.runtime.jit": ("JITFunction", "JITCallable", "KernelInterface"),
@@ -235,7 +235,7 @@ def _runtime_roots() -> tuple[Path, ...]:
     """Directories whose ATen ops are not the candidate's: Triton's package and the harness's languages/sandbox."""
     import triton
 
-    agent_root = Path(__file__).resolve().parents[1]
+    agent_root = Path(__file__).resolve().parents[2]  # agent/languages/triton/language.py -> agent
     return (Path(triton.__file__).resolve().parent, agent_root / "languages", agent_root / "sandbox")
 
 
@@ -272,9 +272,9 @@ class TritonLanguage(KernelLanguage):
 
     def load(self, path: str | Path, module_name: str, entry_point: str | None = None) -> Callable:
         """Import as the base class does, then give the module's `@triton.jit` kernels cached launchers
-        (`agent.languages.triton_launch`: a repeated launch skips the JIT's argument binding; off when
+        (`agent.languages.triton.launch`: a repeated launch skips the JIT's argument binding; off when
         `$KFORGE_TRITON_LAUNCH_CACHE=0`). On the interpreter, autotuners run their first config (installed before
-        the import; `agent.languages.triton_hooks`)."""
+        the import; `agent.languages.triton.hooks`)."""
         if interpreting():
             install_interpreter_autotune()
         entry = super().load(path, module_name, entry_point)
@@ -301,7 +301,7 @@ class TritonLanguage(KernelLanguage):
 
     def launch_monitor(self) -> LaunchMonitor:
         """Counts launches of `@triton.jit` kernels (also autotuned, heuristics, compiled, cached and interpreted
-        ones; `agent.languages.triton_hooks`) and records the ATen ops the candidate's own code runs; ops made by
+        ones; `agent.languages.triton.hooks`) and records the ATen ops the candidate's own code runs; ops made by
         Triton's runtime (the interpreter's argument copies, an autotuner's timing) or the harness are not the
         candidate's. Installs the launch-counting hooks (call it before loading the candidate; cached launchers made
         earlier are re-bound). The candidate runs in the same process, so a kernel could tamper with this; the static

@@ -6,7 +6,7 @@
    `timeit`, against a 4.4-5.7 us cached launch). `JITFunction.run`, `InterpretedFunction.run` (the CPU
    interpreter), `Autotuner.run`, `Heuristics.run` and the runners returned by `CompiledKernel.__getitem__` (a launch
    of the compiled kernel a launch returned) count one launch per outermost call while a watch is active (warm-ups do
-   not count); the cached launcher of `agent.languages.triton_launch` counts its own hits, which bypass
+   not count); the cached launcher of `agent.languages.triton.launch` counts its own hits, which bypass
    `JITFunction.run`, and its JIT fallback is re-bound to the counting `JITFunction.run` when the hooks arrive after
    the candidate was loaded. A launch inside another (an autotuner benchmarking its configs, a heuristics wrapper's
    inner call) is part of it.
@@ -139,7 +139,7 @@ def install_triton_hooks() -> None:
         _wrap(classes[name], "run", "count", _count)
     if "CompiledKernel" in classes:
         _wrap(classes["CompiledKernel"], "__getitem__", "count", _counted_runners)
-    from agent.languages.triton_launch import refresh_slow_paths
+    from agent.languages.triton.launch import refresh_slow_paths
 
     refreshed = refresh_slow_paths()
     logger.debug("Triton launch-counting hooks installed (%d cached launchers re-bound)", refreshed)
@@ -167,6 +167,6 @@ def remove_triton_hooks() -> None:
     for (cls, attribute, _tag), original in reversed(list(_ORIGINALS.items())):
         setattr(cls, attribute, original)
     _ORIGINALS.clear()
-    from agent.languages.triton_launch import refresh_slow_paths
+    from agent.languages.triton.launch import refresh_slow_paths
 
     refresh_slow_paths()
