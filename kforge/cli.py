@@ -60,6 +60,7 @@ def _configure_logging(verbosity: int) -> None:
     root.setLevel(level)
     # Library warnings (Dynamo's tracing notes, deprecations) go to the log, shown with -v, so they never land in
     # the middle of a table; kernel-forge's own warnings (a plan run in another mode...) are log records anyway.
+    logging.captureWarnings(False)  # re-installed, so it routes through the current `warnings.showwarning`
     logging.captureWarnings(True)
     logging.getLogger("py.warnings").setLevel(logging.WARNING if verbosity else logging.ERROR)
     # Progress lines are always shown by the CLI.
