@@ -66,7 +66,10 @@ def test_a_buffer_the_candidate_still_holds_is_caught_even_two_runs_later():
 
 def test_memory_released_by_an_earlier_run_may_come_back():
     reused = []
-    for n in (1000, 100_000, 8):
+    # Whether the CPU allocator hands a freed block back depends on what else was allocated in between (a CI run
+    # once saw no reuse at three sizes), so more sizes are tried; the claim tested is that reuse, when it happens,
+    # passes.
+    for n in (1000, 100_000, 8, 16, 64, 256, 4096, 16_384):
         pointers: list[int] = []
         cache: dict[str, torch.Tensor] = {}
 
