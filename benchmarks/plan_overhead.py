@@ -136,26 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     result["host_inclusive_ms"] = {name: {"median": statistics.median(v), "min": min(v)} for name, v in times.items()}
     runtime.activate()
     try:
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for _ in range(5):
-            _forward(model, data, device)
-        profiler.disable()
-        stream = io.StringIO()
-        pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
-        result["cprofile_planned"] = stream.getvalue()
+        result["cprofile_planned"] = _host_profile(model, data, device)
         if device.type == "cuda":
             result["graph_planned"] = _graph_times(model, data, device, args.replays)
     finally:
         runtime.deactivate()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(5):
-        _forward(model, data, device)
-    profiler.disable()
-    stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
-    result["cprofile_stock"] = stream.getvalue()
+    result["cprofile_stock"] = _host_profile(model, data, device)
     if device.type == "cuda":
         result["graph_stock"] = _graph_times(model, data, device, args.replays)
     if device.type == "cuda":
@@ -165,6 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if not k.startswith("cprofile")}, indent=1))
     return 0
+
+
+def _host_profile(model: Any, data: list, device: torch.device, forwards: int = 5) -> str:
+    """The top 25 host functions (own time) of `forwards` forwards, from cProfile."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(forwards):
+        _forward(model, data, device)
+    profiler.disable()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
+    return stream.getvalue()
 
 
 def _harness_graphs(model: Any, data: list, plan: KernelOptimizationPlan, device: torch.device,

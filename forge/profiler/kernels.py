@@ -38,7 +38,8 @@ from torch.autograd import DeviceType
 
 from forge.functional import functional_names, original_function
 
-__all__ = ["FUNCTION_LABEL", "PLAN_LABEL", "KernelDiff", "KernelProfile", "labelled_functions", "profile_kernels"]
+__all__ = ["FUNCTION_LABEL", "PLAN_LABEL", "KernelDiff", "KernelProfile", "labelled_functions", "profile_kernels",
+           "profiler_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +191,28 @@ def _rows(events: list[Any], on_cuda: bool) -> list[tuple[str, str | None, float
     return rows
 
 
+@contextlib.contextmanager
+def profiler_session(device: torch.device) -> Iterator[Any]:
+    """One `torch.profiler` session over the CPU and, on CUDA, the device (Kineto quiet and primed, the device
+    synchronised before and after), under `torch.no_grad()`; yields the profiler, whose `events()` are read after."""
+    from forge.profiler.module_profiler import _quiet_kineto, prime_cuda_profiler
+
+    _quiet_kineto()
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    on_cuda = device.type == "cuda"
+    if on_cuda:
+        prime_cuda_profiler()
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        torch.cuda.synchronize(device)
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        with warnings.catch_warnings():  # torch's once-per-process note about clearing events
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+            prof = stack.enter_context(torch.profiler.profile(activities=activities))
+        yield prof
+        if on_cuda:
+            torch.cuda.synchronize(device)
+
+
 def _function(label: str | None, kernel: str, fallback: str, names: Mapping[str, str]) -> tuple[str, bool]:
     if label is not None and label.startswith(PLAN_LABEL):
         return label[len(PLAN_LABEL):], True
@@ -215,26 +238,11 @@ def profile_kernels(
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
     on_cuda = device.type == "cuda"
-    from forge.profiler.module_profiler import _quiet_kineto
-
-    _quiet_kineto()
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if on_cuda:
-        from forge.profiler.module_profiler import prime_cuda_profiler
-
-        prime_cuda_profiler()
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-        torch.cuda.synchronize(device)
-    with contextlib.ExitStack() as stack, torch.no_grad():
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-            prof = stack.enter_context(torch.profiler.profile(activities=activities))
+    with profiler_session(device) as prof, contextlib.ExitStack() as stack:
         if label:
             stack.enter_context(labelled_functions())
         for _ in range(passes):
             run()
-        if on_cuda:
-            torch.cuda.synchronize(device)
     names = dict(function_of or {})
     totals: dict[tuple[str, str, bool], list[float]] = defaultdict(lambda: [0, 0.0])
     for kernel, found, us in _rows(list(prof.events()), on_cuda):

@@ -18,7 +18,6 @@ pre-hook and an always-called forward hook), and every F call inside its `kforge
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 from torch.autograd import DeviceType
 
-from forge.profiler.kernels import FUNCTION_LABEL, PLAN_LABEL, labelled_functions, launching_call
+from forge.profiler.kernels import FUNCTION_LABEL, PLAN_LABEL, labelled_functions, launching_call, profiler_session
 
 __all__ = ["MODULE_LABEL", "MODULE_COLUMNS", "ModuleProfile", "module_labels", "profile_modules"]
 
@@ -133,26 +132,11 @@ def profile_modules(run: Callable[[], Any], model: nn.Module, *, device: torch.d
     if passes < 1:
         raise ValueError(f"passes must be >= 1, got {passes}")
     on_cuda = device.type == "cuda"
-    from forge.profiler.module_profiler import _quiet_kineto
-
-    _quiet_kineto()
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if on_cuda:
-        from forge.profiler.module_profiler import prime_cuda_profiler
-
-        prime_cuda_profiler()
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-        torch.cuda.synchronize(device)
-    with contextlib.ExitStack() as stack, torch.no_grad():
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-            prof = stack.enter_context(torch.profiler.profile(activities=activities))
+    with profiler_session(device) as prof, contextlib.ExitStack() as stack:
         classes = stack.enter_context(module_labels(model))
         stack.enter_context(labelled_functions())
         for _ in range(passes):
             run()
-        if on_cuda:
-            torch.cuda.synchronize(device)
     events = list(prof.events())
     calls = defaultdict(int)
     for event in events:
