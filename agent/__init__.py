@@ -16,6 +16,7 @@ from typing import Any
 _EXPORTS = {
     "RANDOM_FUNCTIONS": "agent.generator",
     "LLMKernelGenerator": "agent.generator",
+    "GeneratorOptions": "agent.generator",
     "ModuleGenerationResult": "agent.generator",
     "LLMClient": "agent.llm",
     "LLMConfig": "agent.llm",

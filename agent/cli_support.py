@@ -15,6 +15,8 @@ logger = logging.getLogger(__name__)
 
 
 def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
+    from agent.languages import DEFAULT_LANGUAGE
+
     group = parser.add_argument_group("LLM kernel generator (used when an endpoint or a cassette is configured)")
     group.add_argument("--llm-model", help="model name (default $KFORGE_LLM_MODEL)")
     group.add_argument("--llm-base-url",
@@ -28,9 +30,9 @@ def add_generator_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--candidates", type=int, default=2, help="independent conversations per function (2)")
     group.add_argument("--attempts", type=int, default=4, help="turns per conversation to reach a correct kernel (4)")
     group.add_argument("--optimize-rounds", type=int, default=2, help="extra turns asking for faster kernels (2)")
-    group.add_argument("--language", type=parse_languages, default=("triton",), metavar="NAMES",
+    group.add_argument("--language", type=parse_languages, default=(DEFAULT_LANGUAGE,), metavar="NAMES",
                        help="kernel language(s) the model writes: triton, cuda, or triton,cuda (conversations "
-                            "alternate; the fastest correct kernel wins). Default triton")
+                            f"alternate; the fastest correct kernel wins). Default {DEFAULT_LANGUAGE}")
     group.add_argument("--prompts-dir", help="folder of .j2 templates overriding the built-in prompts")
     group.add_argument("--artifacts-dir", help="where conversations, kernels and verdicts are written")
     group.add_argument("--generate-functions", metavar="NAMES",
@@ -52,7 +54,7 @@ def parse_languages(text: str) -> tuple[str, ...]:
 
 def generators_from_args(args: argparse.Namespace) -> list:
     """An `LLMKernelGenerator` when an endpoint or cassette is configured (env or flags), else nothing."""
-    from agent.generator import LLMKernelGenerator
+    from agent.generator import GeneratorOptions, LLMKernelGenerator
     from agent.llm import LLMConfig
 
     overrides = {}
@@ -79,15 +81,26 @@ def generators_from_args(args: argparse.Namespace) -> list:
     return [
         LLMKernelGenerator(
             config,
-            candidates=args.candidates,
-            attempts=args.attempts,
-            optimize_rounds=args.optimize_rounds,
-            language=list(args.language),
-            prompts_dir=args.prompts_dir,
-            artifacts_dir=args.artifacts_dir,
-            functions=_names(args.generate_functions),
+            GeneratorOptions(
+                candidates=args.candidates,
+                attempts=args.attempts,
+                optimize_rounds=args.optimize_rounds,
+                languages=tuple(args.language),
+                prompts_dir=args.prompts_dir,
+                artifacts_dir=args.artifacts_dir,
+                functions=_generated_functions(args),
+            ),
         )
     ]
+
+
+def module_sources_for(generators: list) -> list:
+    """The agent's module source (`agent.modules.LLMModuleSource`) for each LLM generator: hot module classes of
+    the model get a `ModelNew` conversation as well as the static `torch.compile` of their forward."""
+    from agent.generator import LLMKernelGenerator
+    from agent.modules import LLMModuleSource
+
+    return [LLMModuleSource(g) for g in generators if isinstance(g, LLMKernelGenerator)]
 
 
 def _allow_shipped_demo_without_boundary(args: argparse.Namespace) -> None:
@@ -114,6 +127,7 @@ def _demo_cassette_config(args: argparse.Namespace, config):
     import torch
 
     from agent.demo_cassettes import demo_cassette
+    from agent.languages import DEFAULT_LANGUAGE
 
     demo = getattr(args, "demo", None)
     if not demo:
@@ -121,7 +135,7 @@ def _demo_cassette_config(args: argparse.Namespace, config):
     device = getattr(args, "device", "auto") or "auto"
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    language = (getattr(args, "language", None) or ("triton",))[0]
+    language = (getattr(args, "language", None) or (DEFAULT_LANGUAGE,))[0]
     shipped = demo_cassette(demo, device, language=language)
     if shipped is None:
         logger.info("no %s cassette ships for demo %s on %s: kernel generation is off", language, demo, device)
@@ -131,8 +145,15 @@ def _demo_cassette_config(args: argparse.Namespace, config):
     for name, default in defaults.items():
         if getattr(args, name, default) == default:
             setattr(args, name, replay[name])
+    from forge.modules import MODULE_PREFIX
+
+    functions = [t for t in shipped.functions if not t.startswith(MODULE_PREFIX)]
+    classes = [t[len(MODULE_PREFIX):] for t in shipped.functions if t.startswith(MODULE_PREFIX)]
     if not getattr(args, "generate_functions", None):
-        args.generate_functions = ",".join(shipped.functions)
+        args.generate_functions = ",".join(functions)
+        args.replay_functions = tuple(functions)  # possibly none: the cassette may hold module conversations only
+    if classes and getattr(args, "modules", None) is None:
+        args.modules = classes
     print(f"kforge: no LLM endpoint configured; replaying the demo's recorded generator conversations "
           f"({shipped.path.name}: {', '.join(shipped.functions)})")
     return dataclasses.replace(config, model=shipped.model, cassette=shipped.path, cassette_mode="replay")
@@ -168,6 +189,14 @@ def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
 
+def _generated_functions(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """`--generate-functions`, else the functions a replayed demo cassette holds (maybe none), else None (all)."""
+    named = _names(getattr(args, "generate_functions", None))
+    if named:
+        return tuple(named)
+    return getattr(args, "replay_functions", None)
+
+
 def first_turn_requests(generator, profile, functions: list[str]) -> list[dict]:
     """The exact first request the generator sends for each function (what a recording would key on)."""
     from agent.llm.cassette import canonical_request
@@ -186,7 +215,7 @@ def first_turn_requests(generator, profile, functions: list[str]) -> list[dict]:
     return requests
 
 
-# -- sandbox boundary (issue 9) ------------------------------------------------------------------------------
+# -- sandbox boundary (generated code runs inside bubblewrap unless the user opts out) ------------------------
 def add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
     """`--unsafe-sandbox`: the explicit opt-out of the bubblewrap boundary (same as `KFORGE_UNSAFE_SANDBOX=1`)."""
     group = parser.add_argument_group("sandbox for generated kernels")

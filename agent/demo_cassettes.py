@@ -20,6 +20,9 @@ import torch
 __all__ = ["DemoCassette", "demo_cassette", "device_slug"]
 
 CASSETTE_DIR = Path(__file__).resolve().parent / "cassettes"
+# The language the first cassettes were recorded in: its file names carry no language suffix (a naming rule of the
+# shipped files, not a default: callers always name the language).
+_UNSUFFIXED_LANGUAGE = "triton"
 
 
 def device_slug(device: str | torch.device) -> str:
@@ -40,10 +43,11 @@ class DemoCassette:
     functions: tuple[str, ...]
 
 
-def demo_cassette(demo: str, device: str | torch.device, folder: Path = CASSETTE_DIR,
-                  language: str = "triton") -> DemoCassette | None:
-    """The cassette shipped for `demo` on `device` in `language`, or None when there is none for them."""
-    suffix = "" if language == "triton" else f"-{language}"
+def demo_cassette(demo: str, device: str | torch.device, folder: Path = CASSETTE_DIR, *,
+                  language: str) -> DemoCassette | None:
+    """The cassette shipped for `demo` on `device` in `language` (a registered language's name), or None when there
+    is none for them."""
+    suffix = "" if language == _UNSUFFIXED_LANGUAGE else f"-{language}"
     path = folder / f"demo-{demo}-{device_slug(device)}{suffix}.jsonl"
     if not path.is_file():
         return None

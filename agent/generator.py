@@ -42,14 +42,14 @@ from typing import Any, Protocol
 import torch
 
 from agent.cache import KernelCache, cache_key
-from agent.languages import KernelLanguage, get_language
+from agent.languages import DEFAULT_LANGUAGE, KernelLanguage, get_language
 from agent.llm import LLMClient, LLMConfig, LLMError
-from agent.prompting import Failure, KernelTask, ModuleTask, Performance, PromptRenderer
+from agent.prompting import Failure, InstanceTask, KernelTask, ModuleTask, Performance, PromptRenderer
 from agent.provider import GeneratedKernelProvider
 from agent.replies import no_code_feedback
 from forge.execution import Execution
 from forge.functional import functional_names
-from forge.judging import FunctionTarget, Judge, JudgeOptions, ModuleTarget, Verdict
+from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, ModuleTarget, Verdict
 from forge.outcome import Outcome
 from forge.provider import KernelGenerationResult, KernelGenerator
 from forge.samples import Sample, SampleCounter, iter_tensors
@@ -114,6 +114,53 @@ class _ConversationOutcome:
 
 
 @dataclass(frozen=True)
+class GeneratorOptions:
+    """How `LLMKernelGenerator` works.
+
+    `candidates`: independent conversations per function (the fastest correct kernel wins); `attempts`: turns per
+    conversation; `optimize_rounds`: turns asking for a faster kernel once one is correct; `functions` /
+    `exclude`: the `torch.nn.functional` names it writes kernels for (None: every deterministic one); `languages`:
+    kernel languages in order of preference (the first whose device types fit the samples is used); `prompts_dir`:
+    template overrides (`prompts/README.md`); `llm_concurrency`: LLM requests in flight at once; `artifacts_dir`:
+    where transcripts go (default `<cache_dir>/runs`); `use_cache`: reuse and store kernels in the signed cache."""
+
+    candidates: int = 2
+    attempts: int = 4
+    optimize_rounds: int = 2
+    functions: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    languages: tuple[str, ...] = (DEFAULT_LANGUAGE,)
+    prompts_dir: str | Path | None = None
+    llm_concurrency: int = 4
+    artifacts_dir: str | Path | None = None
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        for name, low in (("candidates", 1), ("attempts", 1), ("optimize_rounds", 0), ("llm_concurrency", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"GeneratorOptions.{name} must be an int >= {low}, got {value!r}")
+        languages = (self.languages,) if isinstance(self.languages, str) else tuple(dict.fromkeys(self.languages))
+        if not languages:
+            raise ValueError("GeneratorOptions.languages must name at least one kernel language (e.g. ('triton',) "
+                             "or ('triton', 'cuda'))")
+        for language in languages:
+            get_language(language)  # a clear error naming the registered languages
+        object.__setattr__(self, "languages", languages)
+        known = set(functional_names())
+        for label in ("functions", "exclude"):
+            names = getattr(self, label)
+            if names is None:
+                continue
+            names = (names,) if isinstance(names, str) else tuple(names)
+            unknown = sorted(set(names) - known)
+            if unknown:
+                raise ValueError(f"GeneratorOptions.{label} names unknown torch.nn.functional functions: "
+                                 f"{', '.join(unknown)}")
+            object.__setattr__(self, label, names)
+
+
+@dataclass(frozen=True)
 class ModuleGenerationResult:
     """Outcome of `generate_module`: exactly one of `source` (a checked `ModelNew` file) or `error`; `outcome` is
     `harness_error` when the harness, not the model, stopped it."""
@@ -131,44 +178,33 @@ class LLMKernelGenerator(KernelGenerator):
     def __init__(
         self,
         config: LLMConfig | None = None,
+        options: GeneratorOptions | None = None,
         *,
         client: LLMClient | None = None,
-        candidates: int = 2,
-        attempts: int = 4,
-        optimize_rounds: int = 2,
-        functions: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
-        language: str | Sequence[str] = "triton",
-        prompts_dir: str | Path | None = None,
-        llm_concurrency: int = 4,
         judge_options: JudgeOptions | None = None,
         kernel_utils: Any = None,
-        artifacts_dir: str | Path | None = None,
-        use_cache: bool = True,
     ) -> None:
-        for name, value, low in (("candidates", candidates, 1), ("attempts", attempts, 1),
-                                 ("optimize_rounds", optimize_rounds, 0), ("llm_concurrency", llm_concurrency, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        """`config`: the LLM endpoint or cassette (`LLMConfig`; None reads the environment); `options`: how the
+        generator works (`GeneratorOptions`); `client`: an `LLMClient` to use instead of one built from `config`;
+        `judge_options`: the sandbox's limits and concurrency (`forge.judging.JudgeOptions`); `kernel_utils`: the
+        oracle's settings (`forge.checking.KernelUtils`)."""
+        options = options if options is not None else GeneratorOptions()
+        if not isinstance(options, GeneratorOptions):
+            raise TypeError(f"options must be an agent.GeneratorOptions, got {type(options).__name__}")
+        self.options = options
+        candidates, llm_concurrency = options.candidates, options.llm_concurrency
         self.config = config if config is not None else (client.config if client is not None else LLMConfig.from_env())
         self._client = client
         self._client_lock = threading.Lock()
         self.candidates = candidates
-        self.attempts = attempts
-        self.optimize_rounds = optimize_rounds
-        names = [language] if isinstance(language, str) else list(language)
-        if not names:
-            raise ValueError("language must name at least one kernel language (e.g. 'triton' or ['triton', 'cuda'])")
-        self.languages = tuple(get_language(name) for name in dict.fromkeys(names))
+        self.attempts = options.attempts
+        self.optimize_rounds = options.optimize_rounds
+        self.languages = tuple(get_language(name) for name in options.languages)
         self.language = self.languages[0]
-        self.renderer = PromptRenderer(prompts_dir)
+        self.renderer = PromptRenderer(options.prompts_dir)
         known = set(functional_names())
-        for label, names in (("functions", functions), ("exclude", exclude)):
-            unknown = sorted(set(names or ()) - known)
-            if unknown:
-                raise ValueError(f"{label} names unknown torch.nn.functional functions: {', '.join(unknown)}")
-        allowed = set(functions) if functions is not None else known - RANDOM_FUNCTIONS
-        self._functions = sorted(allowed - set(exclude or ()))
+        allowed = set(options.functions) if options.functions is not None else known - RANDOM_FUNCTIONS
+        self._functions = sorted(allowed - set(options.exclude))
         if judge_options is None:
             judge_options = JudgeOptions(SandboxOptions(timeout_s=DEFAULT_SANDBOX_TIMEOUT_S),
                                          max_concurrent=1 if torch.cuda.is_available() else 2)
@@ -180,9 +216,10 @@ class LLMKernelGenerator(KernelGenerator):
             max_workers=max(llm_concurrency, candidates), thread_name_prefix="kforge-conv"
         )
         self._cancel = threading.Event()
-        self.cache = KernelCache(self.config.cache_dir) if use_cache else None
+        self.cache = KernelCache(self.config.cache_dir) if options.use_cache else None
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        base = Path(artifacts_dir) if artifacts_dir is not None else Path(self.config.cache_dir) / "runs"
+        base = (Path(options.artifacts_dir) if options.artifacts_dir is not None
+                else Path(self.config.cache_dir) / "runs")
         self.artifacts_dir = base / f"{stamp}-{id(self) % 10000:04d}"
         self._launch_us: dict[str, float] = {}
         self._build_pools: dict[str, Any] = {}  # language name -> its candidate_build_pool() (None: no build step)
@@ -375,7 +412,7 @@ class LLMKernelGenerator(KernelGenerator):
         target = FunctionTarget(task.function, tuple(samples), tuple(counts))
         return self.judge.judge_source(code, target, get_language(task.language), cancel_event=cancel)
 
-    def _performance(self, task: KernelTask, result: Verdict, samples: list[Sample]) -> Performance:
+    def _performance(self, task: KernelTask | InstanceTask, result: Verdict, samples: list[Sample]) -> Performance:
         from agent.roofline import estimate
 
         device = "cuda" if any(t.device.type == "cuda" for s in samples for t in iter_tensors((s.args, s.kwargs))) \
@@ -387,8 +424,9 @@ class LLMKernelGenerator(KernelGenerator):
                 self._launch_us[device] = empty_kernel_launch_us(device)
             except Exception:  # pragma: no cover - measurement is best effort
                 self._launch_us[device] = 0.0
-        try:
-            roofline = estimate(task.function, task.sample_list, task.device_name)
+        try:  # a module's forward has no roofline model (any mix of ops)
+            roofline = estimate(task.function, task.sample_list, task.device_name) if isinstance(
+                task, KernelTask) else None
         except Exception:
             roofline = None
         return Performance.of({
@@ -511,6 +549,23 @@ class LLMKernelGenerator(KernelGenerator):
         return ModuleGenerationResult(None, outcome.error or "no correct ModelNew", usage, outcome.turns,
                                       outcome=Outcome.HARNESS_ERROR if outcome.harness_error else None)
 
+    # -- hot modules of a real model (forge.modules) ------------------------------------------------------
+    def generate_instance(self, task: InstanceTask, target: InstanceTarget) -> ModuleGenerationResult:
+        """Write a `ModelNew(original)` for a live module instance, in the same conversation loop as kernels and
+        KernelBench modules: `task` is what the prompts show (`InstanceTask.from_instance`), `target` what the judge
+        checks each candidate against (the instance's forward on its sampled calls, `InstanceTarget`). A correct
+        file gets `optimize_rounds` turns asking for a faster one; the fastest correct one is returned."""
+        problem = _InstanceProblem(self, task, target)
+        folder = self.artifacts_dir / f"instance-{_safe_name(task.name)}"
+        outcome = self._conversation(problem, 0, folder, self._cancel)
+        usage = self._usage_for(problem.tag)
+        usage["attempts"] = outcome.turns
+        self._write_summary(folder, problem.tag, [outcome], usage)
+        if outcome.best_code is not None:
+            return ModuleGenerationResult(outcome.best_code, None, usage, outcome.turns)
+        return ModuleGenerationResult(None, outcome.error or "no correct ModelNew", usage, outcome.turns,
+                                      outcome=Outcome.HARNESS_ERROR if outcome.harness_error else None)
+
     @staticmethod
     def _write_json(path: Path, data: Any) -> None:
         try:
@@ -616,6 +671,40 @@ class _ModuleProblem(_TaskProblem):
             logger.info("%s: no usable timing for %s: %s", self.generator.name, self.tag, exc)
             return None
         return self.generator.renderer.optimize_module(self.task, code, performance)
+
+    def evaluate(self, code: str, cancel: threading.Event) -> Any:
+        return self.generator.judge.judge_source(code, self.target, self.language, cancel_event=cancel)
+
+
+@dataclass(frozen=True, eq=False)
+class _InstanceProblem(_TaskProblem):
+    """A live module of a user's model: the judge checks (and times) each `ModelNew(original)` against the
+    instance's forward on the calls it got in the model."""
+
+    task: InstanceTask
+    target: InstanceTarget
+    noun: str = "ModelNew"
+    entry_point: str = "ModelNew"
+
+    @property
+    def tag(self) -> str:
+        return self.target.function
+
+    def first_prompt(self) -> str:
+        return self.generator.renderer.generate_instance(self.task)
+
+    def fix_prompt(self, previous_code: str | None, failure: Any) -> str:
+        return self.generator.renderer.fix_instance(self.task, previous_code, failure)
+
+    def optimize_prompt(self, code: str, verdict: Any) -> str | None:
+        if getattr(verdict, "latency_ms", None) is None:
+            return None
+        try:
+            performance = self.generator._performance(self.task, verdict, list(self.target.samples))
+        except ValueError as exc:  # an unusable measurement: nothing to optimise against
+            logger.info("%s: no usable timing for %s: %s", self.generator.name, self.tag, exc)
+            return None
+        return self.generator.renderer.optimize_instance(self.task, code, performance)
 
     def evaluate(self, code: str, cancel: threading.Event) -> Any:
         return self.generator.judge.judge_source(code, self.target, self.language, cancel_event=cancel)

@@ -13,8 +13,11 @@ CUDA example (silu):
    language "cuda", validated and benchmarked);
 5. an out-of-bounds kernel: in a raw child process and through the sandbox; the parent must stay usable.
 
-Usage (on the GPU host, repository root): `python3 benchmarks/cuda_language_h200.py [--quick]`; writes
-`$OUT/cuda_language_h200.json` and `$OUT/cuda_language_h200.md` (./cuda_language_out when $OUT is unset).
+Usage (on the GPU host, repository root):
+`python3 benchmarks/cuda_language_h200.py [--quick] [--only compile,launch,...] [--backends nvrtc,nvcc,load_inline]`;
+writes `$OUT/cuda_language_h200.json` and `$OUT/cuda_language_h200.md` (./cuda_language_out when $OUT is unset).
+`--backends nvrtc` leaves out the others (a cold `load_inline` build takes tens of seconds); the Triton and PyTorch
+rows of the launch section are measured whatever the backends.
 """
 
 from __future__ import annotations
@@ -162,14 +165,19 @@ def _run_child(mode: str, *args: str, timeout: float = 400) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ measurements
-def measure_compile(quick: bool, work: Path) -> dict:
+BACKENDS = ("nvrtc", "nvcc", "load_inline")
+
+
+def measure_compile(quick: bool, work: Path, backends: tuple[str, ...] = BACKENDS) -> dict:
     results: dict = {}
     names = ["rms_norm"] if quick else ["silu", "rms_norm", "group_norm"]
-    for backend in ("nvrtc", "nvcc"):
+    for backend in (b for b in ("nvrtc", "nvcc") if b in backends):
         for name in names:
             cache = work / f"compile_{backend}_{name}"
             results[f"{backend}/{name}"] = _run_child("compile", backend, name, str(cache), "1")
             results[f"{backend}/{name}"]["fresh_process_load"] = _run_child("load", backend, name, str(cache), "1")
+    if "load_inline" not in backends:
+        return results
     cache = work / "compile_load_inline"
     cold = _run_child("compile", "load_inline", "rms_norm", str(cache), "1", timeout=580)
     warm = _run_child("compile", "load_inline", "rms_norm", str(cache), "1", timeout=580)
@@ -177,14 +185,14 @@ def measure_compile(quick: bool, work: Path) -> dict:
     return results
 
 
-def measure_parallel(work: Path, quick: bool) -> dict:
+def measure_parallel(work: Path, quick: bool, backends: tuple[str, ...] = BACKENDS) -> dict:
     from agent.languages.cuda.build import BuildPool
     from agent.languages.cuda.toolchain import toolchain
 
     src = _cuda_src("rms_norm")
     n = 8 if quick else 16
     out: dict = {"candidates": n, "cpu_count": os.cpu_count()}
-    for backend in ("nvrtc", "nvcc"):
+    for backend in (b for b in ("nvrtc", "nvcc") if b in backends):
         for workers in (1, 4, 8, 16):
             if quick and workers not in (1, 8):
                 continue
@@ -223,7 +231,7 @@ def _load(language: str, source: str, work: Path, name: str):
     return get_language(language).load(path, f"kforge_bench_{name}")
 
 
-def measure_launch(work: Path, quick: bool) -> dict:
+def measure_launch(work: Path, quick: bool, backends: tuple[str, ...] = BACKENDS) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -237,7 +245,7 @@ def measure_launch(work: Path, quick: bool) -> dict:
     w_rms = torch.randn(4096, device="cuda", dtype=torch.float16)
     x_silu = torch.randn(4096, device="cuda", dtype=torch.float16)
     os.environ["KFORGE_CUDA_CACHE"] = str(work / "shared_cache")
-    for backend in ("nvrtc", "load_inline"):
+    for backend in (b for b in ("nvrtc", "load_inline") if b in backends):
         os.environ["KFORGE_CUDA_BACKEND"] = backend
         clear_loaded()
         try:
@@ -281,7 +289,7 @@ def measure_launch(work: Path, quick: bool) -> dict:
     return out
 
 
-def measure_correctness(work: Path) -> dict:
+def measure_correctness(work: Path, backends: tuple[str, ...] = BACKENDS) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -289,7 +297,7 @@ def measure_correctness(work: Path) -> dict:
 
     sources = _sources()
     out: dict = {}
-    for backend in ("nvrtc", "nvcc", "load_inline"):
+    for backend in (b for b in BACKENDS if b in backends):
         os.environ["KFORGE_CUDA_BACKEND"] = backend
         os.environ["KFORGE_CUDA_CACHE"] = str(work / "shared_cache")
         clear_loaded()
@@ -395,7 +403,12 @@ def main() -> int:
     parser.add_argument("--child-load", nargs=4, metavar=("BACKEND", "NAME", "CACHE", "NONCE"))
     parser.add_argument("--child-fault", nargs=1, metavar="CACHE")
     parser.add_argument("--only", default="", help="comma list of sections to run (default: all)")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"comma list of CUDA build backends to measure (default: {','.join(BACKENDS)})")
     args = parser.parse_args()
+    backends = tuple(b for b in args.backends.split(",") if b)
+    if not backends or set(backends) - set(BACKENDS):
+        parser.error(f"--backends: choose among {', '.join(BACKENDS)}")
     if args.child_compile:
         print(json.dumps(child_compile(*args.child_compile)))
         return 0
@@ -411,10 +424,10 @@ def main() -> int:
     report: dict = {"environment": environment()}
     only = {s for s in args.only.split(",") if s}
     steps = {
-        "compile": lambda: measure_compile(args.quick, work),
-        "parallel": lambda: measure_parallel(work, args.quick),
-        "launch": lambda: measure_launch(work, args.quick),
-        "correctness": lambda: measure_correctness(work),
+        "compile": lambda: measure_compile(args.quick, work, backends),
+        "parallel": lambda: measure_parallel(work, args.quick, backends),
+        "launch": lambda: measure_launch(work, args.quick, backends),
+        "correctness": lambda: measure_correctness(work, backends),
         "sandbox": lambda: measure_sandbox(work),
         "fault_child": lambda: _run_child("fault", str(work / "fault_cache")),
     }

@@ -40,7 +40,7 @@ def _module_request(kernelbench: Path, problem: str) -> tuple[str, str]:
     from agent.prompting import ModuleTask, PromptRenderer
 
     source = (kernelbench / problem).read_text(encoding="utf-8")
-    task = ModuleTask.from_source(source, name=Path(problem).stem)
+    task = ModuleTask.from_source(source, name=Path(problem).stem, language="triton")
     task = dataclasses.replace(task, device_name=REQUEST_DEVICE[0], compute_capability=REQUEST_DEVICE[1])
     renderer = PromptRenderer()
     return renderer.system(task), renderer.generate_module(task)
@@ -51,7 +51,7 @@ def _function_request(problem_id: str) -> tuple[str, str]:
     from evals.problems.suite import load_suite
 
     problem = next(p for p in load_suite("builtin") if p.id == problem_id)
-    task = KernelTask(problem.function, tuple(problem.calls), REQUEST_DEVICE[0], REQUEST_DEVICE[1])
+    task = KernelTask(problem.function, tuple(problem.calls), REQUEST_DEVICE[0], REQUEST_DEVICE[1], language="triton")
     renderer = PromptRenderer()
     return renderer.system(task), renderer.generate(task)
 

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from evals import load_suite, run_eval
+from evals import EvalOptions, load_suite, run_eval
 from evals.sources import Candidate, CompileSource
 
 CONTENT = ["problem_id", "correct", "compiled", "candidate", "outcome"]
@@ -44,7 +44,8 @@ class KillsItsWorker(CompileSource):
 
 def _run(problems: list[Any], source: Any, out: Path, device: str) -> tuple[pd.DataFrame, float]:
     start = time.perf_counter()
-    frame = run_eval(problems, source, out_dir=out, device=device, quick=True, progress=False, plots=False)
+    frame = run_eval(problems, source, out_dir=out,
+                     options=EvalOptions(device=device, quick=True, progress=False, plots=False))
     return frame.sort_values("problem_id").reset_index(drop=True), time.perf_counter() - start
 
 

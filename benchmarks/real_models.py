@@ -57,14 +57,25 @@ def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, bloc
             "wall_clock": [phase_start, phase_end]}
 
 
+def _file_source(path: Path) -> Any:
+    """A module source serving one `ModelNew(original)` file (e.g. a model's reply kept from a conversation); the
+    optimizer judges it like any generated module kernel (the sandbox, then here)."""
+    from agent.modules import GeneratedModuleProvider
+
+    source = path.read_text()
+    return lambda target_class: GeneratedModuleProvider(target_class, source, language="triton",
+                                                        metadata={"file": str(path)})
+
+
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
-              e2e_blocks: int, modes: list[str] | None = None, modules: bool = True) -> dict[str, Any]:
+              e2e_blocks: int, modes: list[str] | None = None, modules: bool = True,
+              module_files: list[Path] | None = None, module_classes: list[str] | None = None) -> dict[str, Any]:
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
+    sources = ([CompiledModuleProvider] if modules else []) + [_file_source(p) for p in module_files or []]
     optimizer = KernelOptimizer(kernel_providers=default_providers(device), kernel_utils=KernelUtils(),
-                                end_to_end_blocks=e2e_blocks,
-                                module_sources=[CompiledModuleProvider] if modules else [])
+                                end_to_end_blocks=e2e_blocks, module_sources=sources, module_classes=module_classes)
     plan = optimizer.make_plan(model, data, execution=execution)
     result: dict[str, Any] = {
         "model": demo_name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -79,7 +90,12 @@ def run_model(demo_name: str, device: torch.device, execution: str, force: list[
     }
     if len(plan):
         result["reports"].append(_report("checked plan", plan, model, data, blocks, modes))
-    forced = [entry for entry in optimizer.selected_entries if entry.function in force]
+    # Several module entries can serve one class (one per source that won): the report keeps the first of each.
+    forced, seen = [], set()
+    for entry in optimizer.selected_entries:
+        if entry.function in force and entry.function not in seen:
+            forced.append(entry)
+            seen.add(entry.function)
     if forced and {e.function for e in forced} != set(plan.functions):
         result["reports"].append(_report(f"forced: {', '.join(e.function for e in forced)}",
                                          KernelOptimizationPlan(entries=tuple(forced), execution=execution),
@@ -98,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-modes", nargs="+", default=None, choices=["eager", "cuda_graphs", "compile"],
                         help="modes of the six-variant report (default: all three)")
     parser.add_argument("--no-modules", action="store_true", help="no module kernels (torch.compile of forwards)")
+    parser.add_argument("--module-file", type=Path, nargs="*", default=[],
+                        help="ModelNew(original) files to judge as module kernels (a model's kept replies)")
+    parser.add_argument("--modules", nargs="+", default=None, help="only these module classes (bare names)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -109,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name} ({args.execution}) ==", flush=True)
         try:
             result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks,
-                               args.report_modes, not args.no_modules)
+                               args.report_modes, not args.no_modules, args.module_file, args.modules)
         except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
             logging.exception("%s failed", name)
             result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}

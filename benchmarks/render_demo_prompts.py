@@ -13,124 +13,91 @@ compares before replaying.
 `--replies DIR --cassette FILE` then pairs each request with the stand-in's reply `DIR/<prefix>_<function>.md`
 (a separate session given only the request, no tools) and writes a replay cassette (`agent/cassettes/`). Token
 counts in the cassette are estimated (4 characters per token), as the client does for replies without usage.
+
+On the GPU host, before replaying, the requests `kforge prompts --demo` renders there are compared with the
+shipped cassette (no rendering; exit status 1 when one differs or is missing):
+
+    python benchmarks/render_demo_prompts.py --compare prompts.jsonl agent/cassettes/demo-unet-nvidia-h200.jsonl
+
+The rendering itself is `agent.demo_prompts`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from unittest import mock
+from pathlib import Path
 
-import torch
-
-from agent.cli_support import first_turn_requests
-from agent.generator import LLMKernelGenerator
-from agent.llm import LLMConfig
-from forge.demos import get_demo
-from forge.samples import Sample, TensorSpec, map_values
+from agent.demo_prompts import cassette_lines, recorded_requests, render, render_instances
 
 
-def _capture(demo: str, device_kind: str, functions: list[str]):
-    """The profile's unique samples per function, in first-call order, from a meta-device forward."""
-    from forge.functional import functional_names
-    from forge.profiler.interception import CallRecorder, ModuleScopedInterception
-
-    spec = get_demo(demo)
-    module = __import__(spec.model.__module__, fromlist=["x"])
-    config_fn = next(getattr(module, n) for n in dir(module) if n.endswith("_config") and callable(getattr(module, n)))
-    config = config_fn(device_kind)
-    with torch.device("meta"):
-        model = spec.model("meta", config=config)
-    data = spec.inputs("cpu", config=config)
-    data = [Sample(tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in s.args), dict(s.kwargs))
-            for s in data]
-    recorder = CallRecorder(set(functions))
-    interception = ModuleScopedInterception(model, recorder, functional_names())
-    with torch.no_grad(), interception:
-        for sample in data:
-            model(*sample.args, **sample.kwargs)
-    return recorder
-
-
-def render(demo: str, functions: list[str], device_kind: str, device_name: str, capability, model: str,
-           language: str = "triton"):
-    """First-turn requests, as `kforge prompts --demo` renders them on a `device_kind` machine named `device_name`."""
-    from types import SimpleNamespace
-
-    recorder = _capture(demo, device_kind, functions)
-    target = "cuda:0" if device_kind == "cuda" else "cpu"
-
-    def on_target(value):
-        if isinstance(value, torch.Tensor):
-            return dataclasses.replace(TensorSpec.of(value, with_stats=False), device=target)
-        return value
-
-    profile = SimpleNamespace(functions={
-        name: SimpleNamespace(samples=[
-            (count, Sample(map_values(tuple(s.args), on_target), map_values(dict(s.kwargs), on_target)))
-            for count, s in zip(recorder.counts(name), recorder.samples(name), strict=True)])
-        for name in recorder.function_names() if recorder.samples(name)
-    })
-    config = LLMConfig.from_env(model=model)
-    generator = LLMKernelGenerator(config, functions=functions, language=language, use_cache=False)
-    order = [n for n in recorder.function_names() if n in functions]
-    with mock.patch("agent.prompting.task.device_description", lambda device: (device_name, capability)):
-        return first_turn_requests(generator, profile, order)
-
-
-def _write_cassette(requests: list[dict], replies: str, prefix: str, out: str) -> None:
-    from pathlib import Path
-
-    lines = []
-    for item in requests:
-        reply = Path(replies) / f"{prefix}_{item['function']}.md"
-        if not reply.is_file():
-            print(f"{item['function']}: no reply at {reply}; left out of the cassette")
-            continue
-        text = reply.read_text(encoding="utf-8").strip() + "\n"
-        prompt_chars = sum(len(m["content"]) for m in item["request"]["messages"])
-        usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(text) // 4}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        response = {"text": text, "finish_reason": "stop", "model": item["request"]["model"], "usage": usage}
-        lines.append(json.dumps({"tag": item["function"], "request": item["request"], "response": response}))
-    Path(out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    print(f"wrote {len(lines)} cassette line(s) to {out}")
+def _compare(rendered: dict[str, dict], reference: str, what: str) -> int:
+    expected = recorded_requests(reference)
+    different = 0
+    for function, request in rendered.items():
+        same = expected.get(function) == request
+        different += not same
+        print(f"{function}: {'identical' if same else 'DIFFERENT'} to {what}")
+    return 1 if different else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", default="llama")
-    parser.add_argument("--functions", required=True)
+    parser.add_argument("--functions", default="", help="comma-separated functions to render")
+    parser.add_argument("--modules", default="", help="comma-separated qualified module classes whose module "
+                        "conversations to render (agent.modules)")
+    parser.add_argument("--on-device", action="store_true", help="render the module requests on this machine's GPU "
+                        "(for models whose forward cannot run on meta tensors, such as Hugging Face Llama)")
     parser.add_argument("--device-name", default="NVIDIA H200")
     parser.add_argument("--capability", default="9,0")
     parser.add_argument("--model", default="frontier-standin")
     parser.add_argument("--language", default="triton", help="kernel language the requests ask for (triton, cuda)")
     parser.add_argument("--check-cpu", metavar="PROMPTS_JSONL",
                         help="render the CPU demo and compare with this `kforge prompts --demo` output")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--compare", nargs=2, metavar=("PROMPTS_JSONL", "CASSETTE"),
+                        help="only compare a `kforge prompts` output with a cassette's requests")
+    parser.add_argument("--out", help="JSONL file of the rendered requests (required unless --compare)")
     parser.add_argument("--replies", metavar="DIR", help="folder of stand-in replies <prefix>_<function>.md")
     parser.add_argument("--prefix", default="", help="file-name prefix of the replies (e.g. unet_h200)")
     parser.add_argument("--cassette", metavar="FILE", help="write a replay cassette of requests + replies")
     args = parser.parse_args(argv)
-    functions = args.functions.split(",")
+    if args.compare:
+        prompts, cassette = args.compare
+        return _compare(recorded_requests(prompts), cassette, f"the cassette {cassette}")
+    if not (args.functions or args.modules) or not args.out:
+        parser.error("--functions or --modules, and --out, are required to render")
+    if args.cassette and not args.replies:
+        parser.error("--cassette needs --replies")
+    functions = [f for f in args.functions.split(",") if f]
+    classes = [c for c in args.modules.split(",") if c]
+    requests = []
     if args.check_cpu:
-        requests = render(args.demo, functions, "cpu", "CPU (Triton interpreter)", None, args.model)
+        if functions:
+            requests = render(args.demo, functions, "cpu", "CPU (Triton interpreter)", None, args.model)
+        if classes:
+            requests += render_instances(args.demo, classes, "cpu", "CPU (Triton interpreter)", None, args.model)
     else:
         capability = tuple(int(x) for x in args.capability.split(","))
-        requests = render(args.demo, functions, "cuda", args.device_name, capability, args.model, args.language)
+        if functions:
+            requests = render(args.demo, functions, "cuda", args.device_name, capability, args.model, args.language)
+        if classes:
+            requests += render_instances(args.demo, classes, "cuda", args.device_name, capability, args.model,
+                                         args.language, on_device=args.on_device)
     with open(args.out, "w") as handle:
         for item in requests:
             handle.write(json.dumps(item) + "\n")
     print(f"wrote {len(requests)} request(s): {', '.join(r['function'] for r in requests)}")
     if args.cassette:
-        _write_cassette(requests, args.replies, args.prefix, args.cassette)
+        lines, missing = cassette_lines(requests, args.replies, args.prefix)
+        for function in missing:
+            print(f"{function}: no reply at {Path(args.replies) / f'{args.prefix}_{function}.md'}; "
+                  "left out of the cassette")
+        Path(args.cassette).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        print(f"wrote {len(lines)} cassette line(s) to {args.cassette}")
     if args.check_cpu:
-        reference = {json.loads(line)["function"]: json.loads(line)["request"] for line in open(args.check_cpu)}
-        for item in requests:
-            same = reference.get(item["function"]) == item["request"]
-            print(f"{item['function']}: {'identical' if same else 'DIFFERENT'} to kforge prompts")
+        return _compare({r["function"]: r["request"] for r in requests}, args.check_cpu, "kforge prompts")
     return 0
 
 

@@ -28,6 +28,7 @@ from .metrics import (
     summarize,
     summarize_by_suite,
 )
+from .options import EvalOptions
 from .problems import (
     SCHEMA_VERSION,
     FunctionProblem,
@@ -57,6 +58,7 @@ __all__ = [
     "QUICK_KERNEL_UTILS",
     "CompileSource",
     "EagerSource",
+    "EvalOptions",
     "EvalSource",
     "LLMSource",
     "SDPASource",

@@ -23,11 +23,11 @@ from typing import Any
 import pandas as pd
 
 from evals.metrics import BASELINES
+from evals.options import BACKENDS, EvalOptions
+from evals.sources import source_usages
 from forge.text import clip
 
-__all__ = ["add_eval_parser", "build_source", "default_out_dir", "run_eval_command"]
-
-_SOURCES = ("llm", "compile", "eager", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
+__all__ = ["add_eval_parser", "build_source", "default_out_dir", "eval_options", "run_eval_command"]
 
 
 def _languages(text: str) -> tuple[str, ...]:
@@ -66,20 +66,14 @@ def _seconds(text: str) -> float:
 
 
 def _source(text: str) -> str:
-    """An argparse type: one of `_SOURCES`, or `provider:<library>` / `provider:<module>:<factory>`."""
-    key = text.strip()
-    if key.lower() in _SOURCES:
-        return key.lower()
-    if key.lower().startswith("provider:"):
-        from evals.sources.provider import parse_provider_spec
+    """An argparse type: a name of the eval source registry (`evals.sources.source_names()`, or a family such as
+    `provider:<library>` / `provider:<module>:<factory>`)."""
+    from evals.sources import check_source_name
 
-        try:
-            parse_provider_spec(key)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return key
-    raise argparse.ArgumentTypeError(f"unknown source {text!r}; choose one of {', '.join(_SOURCES)}, "
-                                     "provider:<library> or provider:<module>:<factory>")
+    try:
+        return check_source_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _shard(text: str) -> str:
@@ -107,8 +101,8 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("suite", metavar="SUITE",
                         help="builtin, smoke, a JSON suite file, or a folder of KernelBench problem files")
     parser.add_argument("--source", type=_source, default="llm", metavar="SOURCE",
-                        help=f"the kernel source to evaluate: {', '.join(_SOURCES)}, provider:<library> (e.g. "
-                        "provider:flaggems) or provider:<module>:<factory> (default llm)")
+                        help=f"the kernel source to evaluate: {', '.join(source_usages())} (e.g. provider:flaggems; "
+                        "default llm)")
     parser.add_argument("--model", help="LLM model name (default $KFORGE_LLM_MODEL; with --replay, the cassette's)")
     parser.add_argument("--samples", type=_positive_int, default=1, metavar="K",
                         help="independent samples per problem, for pass@k (default 1)")
@@ -122,7 +116,7 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue the run in --out, skipping recorded samples")
     parser.add_argument("--shard", type=_shard, metavar="i/N", help="evaluate only shard i of N (i from 0)")
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda, cuda:N")
-    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+    parser.add_argument("--backend", choices=BACKENDS, default="local",
                         help="local worker processes, or Ray tasks (pip install kernel-forge[ray])")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to join (default: a local instance)")
     parser.add_argument("--problems", type=_problem_ids, metavar="ID,ID", help="evaluate only these problem ids")
@@ -282,20 +276,26 @@ def _clip(text: str, width: int = 70) -> str:
     return clip(text, width, ellipsis="…")
 
 
+def eval_options(args: argparse.Namespace) -> EvalOptions:
+    """The `EvalOptions` of `kforge eval`'s flags (one field per flag)."""
+    from forge.checking import KernelUtils
+
+    return EvalOptions(
+        samples_per_problem=args.samples, problem_ids=args.problems, shard=args.shard,
+        device=None if args.device == "auto" else args.device, workers=args.workers, backend=args.backend,
+        ray_address=args.ray_address, timeout_s=args.timeout, kernel_utils=KernelUtils(timing=args.timing),
+        quick=args.quick, resume=args.resume, plots=not args.no_plots,
+    )
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     """Body of `kforge eval`: run, then print the per-problem table, the summary and the report's paths."""
     from evals.runner import run_eval
-    from forge.checking import KernelUtils
 
     try:
         source = build_source(args)
         out = Path(args.out) if args.out else default_out_dir(args.suite, args.source)
-        frame = run_eval(
-            args.suite, source, out_dir=out, samples_per_problem=args.samples, workers=args.workers,
-            resume=args.resume, shard=args.shard, device=None if args.device == "auto" else args.device,
-            backend=args.backend, quick=args.quick, timeout_s=args.timeout, problem_ids=args.problems,
-            plots=not args.no_plots, ray_address=args.ray_address, kernel_utils=KernelUtils(timing=args.timing),
-        )
+        frame = run_eval(args.suite, source, out_dir=out, options=eval_options(args))
     except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, ImportError, RuntimeError) as exc:
         print(f"kforge eval: {exc}", file=sys.stderr)
         return 2

@@ -27,10 +27,11 @@ from __future__ import annotations
 from enum import StrEnum
 
 from forge.outcome import Outcome
+from forge.text import clip
 
-__all__ = ["Failure", "failure_text"]
+__all__ = ["DETAIL_CHARS", "Failure", "failure_text"]
 
-_DETAIL_CHARS = 600
+DETAIL_CHARS = 600  # a record's failure detail and each kept error message: one line, at most this long
 
 
 class Failure(StrEnum):
@@ -76,14 +77,9 @@ _OUTCOMES = {Failure.COMPILE_ERROR: Outcome.COMPILE_ERROR, Failure.RUNTIME_ERROR
              Failure.SOURCE_ERROR: Outcome.HARNESS_ERROR, Failure.HARNESS_ERROR: Outcome.HARNESS_ERROR}
 
 
-def _one_line(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 3] + "..."
-
-
 def failure_text(failure: Failure | str, detail: str) -> str:
     """`"<label>: <detail>"` with the detail on one line and clipped (`failure` a `Failure`, or a free label for
     notes that are not failures, e.g. "eager not timed")."""
     label = failure.label if isinstance(failure, Failure) else str(failure)
-    detail = _one_line(detail)
+    detail = clip(detail, DETAIL_CHARS)
     return f"{label}: {detail}" if detail else f"{label}: (no detail)"

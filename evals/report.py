@@ -7,7 +7,6 @@ bare `matplotlib.figure.Figure` with the Agg canvas, so the global pyplot backen
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from forge.atomic import write_json_atomic, write_text_atomic
+from forge.text import clip
 
 from .metrics import (
     BASELINES,
@@ -135,8 +137,7 @@ def _problem_rows(df: pd.DataFrame) -> list[list[str]]:
         n, ok = samples.loc[(row["suite"], row["problem_id"])]
         status = _status(row) + (f" ({int(ok)}/{int(n)} samples)" if n > 1 else "")
         reason = "" if row["correct"] or pd.isna(row["failure_reason"]) else str(row["failure_reason"])
-        if len(reason) > 120:
-            reason = reason[:117] + "..."
+        reason = clip(reason, 120, collapse=False)
         prompt, completion = row["prompt_tokens"], row["completion_tokens"]
         tokens = "-"
         if pd.notna(prompt) or pd.notna(completion):
@@ -294,14 +295,12 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, title: str = "kernel-for
     summary = summarize(records, total)
     by_suite = summarize_by_suite(records, suite_totals)
     written = _write_plots(records, out) if plots else {}
-    summary_path = out / "summary.json"
-    summary_path.write_text(json.dumps({
+    summary_path = write_json_atomic(out / "summary.json", {  # read back by run_eval and by dashboards
         "title": title,
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "overall": summary,
         "suites": by_suite,
         "plots": {name: path.name for name, path in written.items()},
-    }, indent=2) + "\n", encoding="utf-8")
-    report_path = out / "report.md"
-    report_path.write_text(_markdown(title, summary, by_suite, records, written) + "\n", encoding="utf-8")
+    }, indent=2)
+    report_path = write_text_atomic(out / "report.md", _markdown(title, summary, by_suite, records, written) + "\n")
     return {"summary": summary_path, "report": report_path, **written}

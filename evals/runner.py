@@ -1,12 +1,12 @@
 """`run_eval`: evaluate a kernel source over a suite, saving each record as it finishes, then write the report.
 
-    from evals.runner import run_eval
-    df = run_eval("smoke", "compile", out_dir="runs/smoke-compile", device="cpu")
+    from evals.runner import EvalOptions, run_eval
+    df = run_eval("smoke", "compile", out_dir="runs/smoke-compile", options=EvalOptions(device="cpu"))
 
 Records go to `<out_dir>/results.jsonl` (`evals.ResultsStore`) the moment a worker returns them, so an interrupted
-run continues with `resume=True`: (problem, sample) pairs that already have a record are skipped. The run's
-settings are kept in `<out_dir>/run.json`; resuming with another source is refused, and a second run on a folder
-that a run is using fails at once (`evals.results.OutputFolderLock`). At the end the report
+run continues with `EvalOptions(resume=True)`: (problem, sample) pairs that already have a record are skipped. The
+run's settings are kept in `<out_dir>/run.json`; resuming with another source is refused, and a second run on a
+folder that a run is using fails at once (`evals.results.OutputFolderLock`). At the end the report
 (`summary.json`, `report.md`, PNG plots) is written to `out_dir` over the selected problems, with every selected
 problem counted, so problems without a record count as failures.
 
@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from evals.failures import Failure
+from evals.options import BACKENDS, QUICK_KERNEL_UTILS, EvalOptions
 from evals.problems import Problem, load_suite
 from evals.progress import ProgressBar
 from evals.report import write_report
@@ -38,19 +39,16 @@ from evals.results import OutputFolderLock, ResultsStore, parse_shard
 from evals.results import shard as shard_problems
 from evals.sources import EvalSource, source_from_name
 from evals.workers import group_work, plan_workers, run_in_process, run_workers
+from forge.atomic import write_json_atomic
 from forge.checking import KernelUtils
 
-__all__ = ["BACKENDS", "QUICK_KERNEL_UTILS", "RESULTS_FILE", "RUN_FILE", "resolve_device", "run_eval",
+__all__ = ["BACKENDS", "QUICK_KERNEL_UTILS", "RESULTS_FILE", "RUN_FILE", "EvalOptions", "resolve_device", "run_eval",
            "select_problems"]
 
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.jsonl"
 RUN_FILE = "run.json"
-BACKENDS = ("local", "ray")
-
-# Short timing for CI and smoke runs: the correctness checks are unchanged, only fewer benchmark passes.
-QUICK_KERNEL_UTILS = KernelUtils(warmup=1, rounds=5, min_run_time_s=0.0)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -143,14 +141,14 @@ def _prepare_out_dir(out: Path, store: ResultsStore, settings: dict[str, Any], r
             previous = {}
     if not resume:
         if store.load():
-            raise FileExistsError(f"{store.path} already holds results; pass resume=True (--resume) to continue that "
-                                  "run, or choose a new output folder (--out)")
+            raise FileExistsError(f"{store.path} already holds results; pass EvalOptions(resume=True) (--resume) to "
+                                  "continue that run, or choose a new output folder (--out)")
     elif previous.get("source") not in (None, settings["source"]):
         raise ValueError(f"{out} holds a run of source {previous['source']!r}; resuming it with {settings['source']!r} "
                          "would mix two sources in one report. Use a new --out for the new source.")
     history = list(previous.get("sessions", [])) if resume else []
     history.append({"started_at": now, "resume": resume})
-    run_file.write_text(json.dumps({**settings, "sessions": history}, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(run_file, {**settings, "sessions": history}, indent=2)
 
 
 def run_eval(
@@ -158,56 +156,34 @@ def run_eval(
     source: EvalSource | str,
     *,
     out_dir: str | Path,
-    samples_per_problem: int = 1,
-    workers: int | None = None,
-    resume: bool = False,
-    shard: str | tuple[int, int] | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = True,
-    backend: str = "local",
-    kernel_utils: KernelUtils | None = None,
-    quick: bool = False,
-    timeout_s: float | None = None,
-    problem_ids: Sequence[str] | None = None,
-    title: str | None = None,
-    plots: bool = True,
-    ray_address: str | None = None,
+    options: EvalOptions | None = None,
 ) -> pd.DataFrame:
     """Evaluate `source` on `problems` and return the records of the selected problems (one row per sample).
 
     `problems`: a suite name (`"builtin"`, `"smoke"`), a JSON suite path, a KernelBench folder, or a list of
-    `Problem`s; `problem_ids` keeps only those ids, `shard` (`"i/N"` or `(i, N)`) one static shard of them.
-    `source`: an `EvalSource` or a name for `evals.sources.source_from_name` (`"compile"`, `"sdpa-flash"`...).
-    `samples_per_problem`: independent samples per problem (pass@k). `device`: None = CUDA when available.
-    `workers`: worker processes (default: one per visible GPU, or 1 on CPU; 0 = evaluate in this process, without
-    isolation). `backend`: `"local"` or `"ray"` (`ray_address` to join a cluster; default a local instance).
-    `kernel_utils`: the oracle and benchmark settings (default `KernelUtils()`); `quick=True` keeps its checks but
-    times with `QUICK_KERNEL_UTILS`' few passes. `timeout_s` (local worker processes only): per-sample limit, after
-    which the sample is recorded as a timeout and its worker replaced. `plots=False` skips the PNGs.
+    `Problem`s. `source`: an `EvalSource` or a name for `evals.sources.source_from_name` (`"compile"`,
+    `"sdpa-flash"`...). `out_dir`: the run's folder (records, run.json, report). `options`: which problems and
+    samples, the device, workers and backend, the timing settings and the report (`EvalOptions`; default
+    `EvalOptions()`).
 
     The returned frame's `attrs` hold `"summary"` (the summary.json content) and `"report_files"` (name -> path).
     """
-    if isinstance(samples_per_problem, bool) or not isinstance(samples_per_problem, int) or samples_per_problem < 1:
-        raise ValueError(f"samples_per_problem must be an int >= 1, got {samples_per_problem!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-        raise ValueError(f"workers must be an int >= 0 (0 = in this process), got {workers!r}")
-    selected = select_problems(problems, problem_ids=problem_ids, shard=shard)
+    opts = options if options is not None else EvalOptions()
+    if not isinstance(opts, EvalOptions):
+        raise TypeError(f"options must be an evals.EvalOptions, got {type(opts).__name__}")
+    samples_per_problem, workers, backend, resume = opts.samples_per_problem, opts.workers, opts.backend, opts.resume
+    selected = select_problems(problems, problem_ids=opts.problem_ids, shard=opts.shard)
     eval_source = source_from_name(source) if isinstance(source, str) else source
     if not isinstance(eval_source, EvalSource):
         raise TypeError(f"source must be an EvalSource or a source name, got {type(source).__name__}")
-    target = resolve_device(device)
-    utils = kernel_utils if kernel_utils is not None else KernelUtils()
-    if quick:
-        utils = dataclasses.replace(utils, warmup=QUICK_KERNEL_UTILS.warmup, rounds=QUICK_KERNEL_UTILS.rounds,
-                                    min_run_time_s=QUICK_KERNEL_UTILS.min_run_time_s)
+    target = resolve_device(opts.device)
+    utils = opts.resolved_kernel_utils()
     plans = plan_workers(target, workers) if backend == "local" and workers != 0 else []
 
     out = Path(out_dir)
     with OutputFolderLock(out):  # one run per folder: a second --resume would duplicate records
         store = ResultsStore(out / RESULTS_FILE)
-        settings = _run_settings(selected, eval_source, samples_per_problem, target, backend, shard, utils)
+        settings = _run_settings(selected, eval_source, samples_per_problem, target, backend, opts.shard, utils)
         _prepare_out_dir(out, store, settings, resume)
         pending = store.pending(selected, samples_per_problem)
         items = group_work(pending)
@@ -215,7 +191,7 @@ def run_eval(
         if skipped:
             logger.info("resuming: %d sample(s) already recorded, %d to go", skipped, len(pending))
 
-        bar = ProgressBar(len(pending), label=f"eval {eval_source.name}") if progress else None
+        bar = ProgressBar(len(pending), label=f"eval {eval_source.name}") if opts.progress else None
 
         def on_record(record: dict[str, Any]) -> None:
             store.append(record)
@@ -228,12 +204,12 @@ def run_eval(
                 from evals.ray_backend import run_ray
 
                 run_ray(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out,
-                        address=ray_address)
+                        address=opts.ray_address)
             elif workers == 0:
                 run_in_process(items, eval_source, device=target, kernel_utils=utils, on_record=on_record, run_dir=out)
             else:
                 run_workers(items, eval_source, plans=plans, kernel_utils=utils, on_record=on_record,
-                            timeout_s=timeout_s, run_dir=out)
+                            timeout_s=opts.timeout_s, run_dir=out)
         finally:
             if bar is not None:
                 bar.close()
@@ -247,9 +223,9 @@ def run_eval(
             frame = frame[keep].sort_values(["suite", "problem_id", "sample_index"], kind="stable")
             frame = frame.reset_index(drop=True)
         suite_totals = Counter(p.suite for p in selected)
-        files = write_report(frame, out, title or f"kernel-forge eval: {eval_source.name} on "
+        files = write_report(frame, out, opts.title or f"kernel-forge eval: {eval_source.name} on "
                              f"{', '.join(sorted(suite_totals))}", total=len(selected), suite_totals=dict(suite_totals),
-                             plots=plots)
+                             plots=opts.plots)
         frame.attrs["report_files"] = {name: str(path) for name, path in files.items()}
         frame.attrs["summary"] = json.loads(Path(files["summary"]).read_text(encoding="utf-8"))
         return frame

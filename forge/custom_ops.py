@@ -50,7 +50,7 @@ from forge.functional import original_function
 from forge.provider import KernelProvider
 from forge.samples import Sample, TensorSpec, iter_leaves, map_values, signature_of
 
-__all__ = ["NAMESPACE", "DispatchStats", "PlanModeWarning", "ProviderOp", "provider_op"]
+__all__ = ["NAMESPACE", "DispatchStats", "ModuleOp", "PlanModeWarning", "ProviderOp", "module_op", "provider_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -172,11 +172,28 @@ def _top_level_slots(template: Sample) -> tuple[tuple[int, ...], tuple[str, ...]
 
 def _meta_call(function: str, template: Sample) -> tuple[tuple[_OutputSpec, ...], type | None] | None:
     """Run the original function on meta tensors: the outputs' layout, or None when the call cannot be an op."""
+    return _layout_of(original_function(function), function, template, lambda v: torch.empty_strided(
+        v.shape, v.stride, dtype=v.dtype, device="meta"))
+
+
+def _fake_call(original: Callable[..., Any], name: str,
+               template: Sample) -> tuple[tuple[_OutputSpec, ...], type | None] | None:
+    """Run a module's original forward on fake tensors (its parameters are real: `allow_non_fake_inputs`): the
+    outputs' layout, or None when the call cannot be an op."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return _layout_of(original, name, template, lambda v: torch.empty_strided(
+            v.shape, v.stride, dtype=v.dtype, device=torch.device(v.device)))
+
+
+def _layout_of(original: Callable[..., Any], name: str, template: Sample,
+               make: Callable[[TensorSpec], torch.Tensor]) -> tuple[tuple[_OutputSpec, ...], type | None] | None:
     inputs: list[torch.Tensor] = []
 
     def meta(value: Any) -> Any:
         if isinstance(value, TensorSpec):
-            t = torch.empty_strided(value.shape, value.stride, dtype=value.dtype, device="meta")
+            t = make(value)
             inputs.append(t)
             return t
         return value
@@ -185,8 +202,10 @@ def _meta_call(function: str, template: Sample) -> tuple[tuple[_OutputSpec, ...]
     if not inputs:
         return None
     versions = [t._version for t in inputs]
+    function = name
     try:
-        out = original_function(function)(*args, **kwargs)
+        with torch.no_grad():
+            out = original(*args, **kwargs)
     except Exception as exc:  # no meta kernel, data-dependent output...
         logger.debug("no custom op for %s%s: meta run failed: %s", function, template.describe(), exc)
         return None
@@ -221,7 +240,7 @@ class ProviderOp:
         self.stats = DispatchStats()  # calls no runtime claims
         self._stats_of = stats_of
         self._provider = weakref.ref(provider)
-        self._original = original_function(self.function)
+        self._original = self._original_call()
         self._calls: list[_SignatureCall] = []
         self._index: dict[Hashable, int] = {}
         self._lock = threading.Lock()
@@ -237,6 +256,16 @@ class ProviderOp:
             getattr(torch.ops, NAMESPACE), name
         ).default
 
+    # -- what differs for a module entry (ModuleOp) ---------------------------------------------------------
+    def _original_call(self) -> Callable[..., Any]:
+        return original_function(self.function)
+
+    def _output_layout(self, template: Sample) -> tuple[tuple[_OutputSpec, ...], type | None] | None:
+        return _meta_call(self.function, template)
+
+    def _serve(self, provider: KernelProvider, args: tuple, kwargs: dict) -> Any:
+        return provider(*args, **kwargs)
+
     # -- table --------------------------------------------------------------------------------------------
     def register(self, template: Sample) -> int | None:
         """The index of a validated signature (added on first use), or None when it cannot be an op."""
@@ -244,7 +273,7 @@ class ProviderOp:
         with self._lock:
             if key in self._index:
                 return self._index[key]
-            meta = _meta_call(self.function, template)
+            meta = self._output_layout(template)
             if meta is None:
                 return None
             self._calls.append(_SignatureCall(template, key, *meta, _top_level_slots(template)))
@@ -269,7 +298,7 @@ class ProviderOp:
             stats.note_mode("compile", self.function)
         if provider is not None and self._validated(call, signature_of(args, kwargs)):
             try:
-                out = call.conform(provider(*args, **kwargs), tensors)
+                out = call.conform(self._serve(provider, args, kwargs), tensors)
             except Exception:
                 stats.provider_errors += 1
                 if not self._warned:
@@ -305,6 +334,57 @@ class ProviderOp:
         call = self._calls[index]
         device = tensors[0].device
         return [torch.empty_strided(o.shape, o.stride, dtype=o.dtype, device=device) for o in call.outputs]
+
+
+class ModuleOp(ProviderOp):
+    """The custom op of one module instance served by a module entry (`forge.modules`): the same table of validated
+    signatures as a function's op, the instance's replacement forward as the implementation, its original forward
+    as the fallback, and the output layout from the original forward run on fake tensors. One op per instance (the
+    replacement holds the instance's parameters), so Dynamo records one node per replaced call."""
+
+    def __init__(self, provider: KernelProvider, name: str, replacement: Callable[..., Any],
+                 original: Callable[..., Any], stats_of: StatsResolver | None = None) -> None:
+        self._replacement = replacement
+        self._module_original = original
+        super().__init__(provider, name, stats_of)
+
+    def _original_call(self) -> Callable[..., Any]:
+        return self._module_original
+
+    def _output_layout(self, template: Sample) -> tuple[tuple[_OutputSpec, ...], type | None] | None:
+        return _fake_call(self._module_original, self.function, template)
+
+    def _serve(self, provider: KernelProvider, args: tuple, kwargs: dict) -> Any:
+        return self._replacement(*args, **kwargs)
+
+
+# Per provider (a plan entry's), the op of each instance it serves: they live as long as the provider, which already
+# holds each instance's replacement (`ModuleKernelProvider.bind`).
+_MODULE_OPS: weakref.WeakKeyDictionary[KernelProvider, dict[int, ModuleOp | None]] = weakref.WeakKeyDictionary()
+
+
+def module_op(provider: KernelProvider, instance: Any, replacement: Callable[..., Any],
+              original: Callable[..., Any], stats_of: StatsResolver | None = None) -> ModuleOp | None:
+    """The op of `instance` under `provider` (registered once per pair); None when torch cannot register one."""
+    with _OPS_LOCK:
+        ops = _MODULE_OPS.setdefault(provider, {})
+        if id(instance) in ops:
+            return ops[id(instance)]
+        short = provider.supported_function.rsplit(".", 1)[-1]
+        name = f"module_{_op_name(short)}_{next(_SERIAL)}"
+        try:
+            op: ModuleOp | None = ModuleOp(provider, name, replacement, original, stats_of)
+        except Exception as exc:  # an old torch without torch.library.register_fake, a name clash...
+            logger.warning("cannot register custom op %s::%s (%s); under torch.compile this module kernel is not used",
+                           NAMESPACE, name, exc)
+            op = None
+        ops[id(instance)] = op
+        return op
+
+
+def _op_name(text: str) -> str:
+    """`text` as the identifier part of an op name."""
+    return "".join(c if c.isalnum() else "_" for c in text)
 
 
 _OPS: weakref.WeakKeyDictionary[KernelProvider, ProviderOp | None] = weakref.WeakKeyDictionary()

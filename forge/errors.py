@@ -3,7 +3,8 @@ each one means.
 
     KernelForgeError                 every error kernel-forge raises on purpose
     ├── UsageError                   the user can fix it (a bad flag, a missing folder, a model that does not import)
-    │                                 : the CLI prints it as one line, `kforge: <message>`, exit status 2
+    │   │                             : the CLI prints it as one line, `kforge: <message>`, exit status 2
+    │   └── SettingError             an environment variable (or a flag's text) that does not parse (forge.env)
     ├── HarnessError                 the harness failed, not the candidate (forge.outcome): `harness_error`
     ├── sandbox events (forge.sandbox): SandboxUnavailableError (no boundary: `harness_error`), SandboxChildLost
     │   (the child ended or broke the protocol: `crash`), SandboxLimitReached and WireError / ReplyTooLarge (a limit
@@ -22,7 +23,7 @@ standard base as well (`ValueError` for bad input, `RuntimeError` for a check th
 
 from __future__ import annotations
 
-__all__ = ["CandidateError", "KernelForgeError", "UsageError"]
+__all__ = ["CandidateError", "KernelForgeError", "SettingError", "UsageError"]
 
 
 class KernelForgeError(Exception):
@@ -35,6 +36,11 @@ class UsageError(KernelForgeError):
     """An expected, user-fixable failure; its message is shown as is, on one line."""
 
     outcome = "harness_error"
+
+
+class SettingError(UsageError, ValueError):
+    """A setting's text does not parse (`forge.env`): the message names the variable, the value and the form
+    expected. Also a ValueError, as the hand-written checks it replaced raised."""
 
 
 class CandidateError(KernelForgeError):

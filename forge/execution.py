@@ -9,9 +9,9 @@ Real deployments run a model one of three ways, and each decides what a kernel's
 - `compile`: `torch.compile(model)` (Inductor, usually with CUDA graphs in `reduce-overhead`). Kernels become
   custom ops inside the compiled graph; device time counts.
 
-Measured on the H200 (issue 7): a generated rms_norm looked 2.45x faster in its sandbox (device-dominated timing)
-and 1.11x in the eval (host-inclusive); the same call must get the same number whichever component times it, so
-every timing goes through `forge.checking.benchmark(..., mode=...)` with the mode this module derives.
+Measured on the H200: a generated rms_norm looked 2.45x faster in its sandbox (device-dominated timing) and 1.11x in the
+eval (host-inclusive); the same call must get the same number whichever component times it, so every timing goes through
+`forge.checking.benchmark(..., mode=...)` with the mode this module derives.
 """
 
 from __future__ import annotations

@@ -11,16 +11,22 @@ was judged on.
   attributes that define its behaviour (`eps`, `normalized_shape`, `hidden_size`...) and its parameters' and buffers'
   names, shapes and dtypes (`instance_key`). The runtime (`forge.runtime`) routes an instance's forward to the
   replacement only when its key and the call's signature were judged, and otherwise calls the original forward.
-- `CompiledModuleProvider` is the static source: `torch.compile` of the class's own forward, one compiled function per
-  instance (its own code object, so instances never share, or exhaust, one Dynamo cache), which fuses the glue
-  Inductor can see. Under `torch.compile(model)` the runtime leaves a module's forward to Inductor, which compiles the
-  original anyway.
+- `CompiledModuleProvider` is the static source: `torch.compile` of the class's own forward, which fuses the glue
+  Inductor can see. One compiled function serves every instance of a behaviour group, called with the instance as
+  its first argument: Dynamo inlines a module argument with its parameters as graph inputs, so the instances share
+  one graph (twelve `LlamaRMSNorm`s: one graph on the CPU). Compiling per instance did not scale: on the H200
+  (torch 2.11) `torch.compile` wraps every function in one shared frame guarded on the function's code object, so
+  only 8 instances (`recompile_limit`) got a graph and the other 25 of Llama's 33 norms ran PyTorch's kernels
+  (BENCHMARKS K4). Under `torch.compile(model)` the runtime leaves such a module's forward to Inductor, which
+  compiles the original anyway; a replacement that carries its own code (a generated `ModelNew`) runs there as one
+  custom op per call (`forge.custom_ops.module_op`).
 - `record_module_calls` collects, while a model runs, every instance of the wanted classes with the calls it got.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -35,7 +41,7 @@ from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "class_name",
-           "instance_key", "module_target_name", "record_module_calls"]
+           "instance_key", "module_target_name", "plain_attributes", "record_module_calls"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +68,18 @@ def _plain(value: Any) -> bool:
     return isinstance(value, (tuple, list)) and all(_plain(v) and not isinstance(v, (tuple, list)) for v in value)
 
 
+def plain_attributes(module: nn.Module) -> list[tuple[str, Any]]:
+    """The public attributes of an instance that are literals (numbers, strings, tuples of them: `eps`,
+    `normalized_shape`, `hidden_size`), sorted by name; lists as tuples."""
+    return sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(module).items()
+                  if not k.startswith("_") and _plain(v))
+
+
 def instance_key(module: nn.Module) -> Hashable:
     """What makes two instances of a class behave alike for a kernel: the class, its plain attributes (numbers,
     strings, tuples of them: `eps`, `normalized_shape`, `training`...) and its own parameters' and buffers' names,
     shapes, dtypes and devices. Values of parameters are not part of it (the oracle draws its own inputs)."""
-    attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(module).items()
-                              if not k.startswith("_") and _plain(v)))
+    attributes = tuple(plain_attributes(module))
     tensors = tuple((name, tuple(t.shape), str(t.dtype), str(t.device))
                     for name, t in [*module.named_parameters(recurse=True), *module.named_buffers(recurse=True)])
     return (class_name(module), bool(module.training), attributes, tensors)
@@ -140,12 +152,14 @@ class ModuleKernelProvider(KernelProvider):
     def supported_function(self) -> str:
         return MODULE_PREFIX + self.target_class
 
-    def prepare_instances(self, instances: Sequence[nn.Module], samples: Sequence[Sample]) -> bool:
-        """Get ready for `instances` (one behaviour class, `instance_key`) called on `samples`; True when it can
-        serve them. The keys of prepared instances are what the runtime routes."""
+    def prepare_instances(self, instances: Sequence[nn.Module], samples: Sequence[Sample],
+                          counts: Sequence[int] | None = None) -> bool:
+        """Get ready for `instances` (one behaviour class, `instance_key`) called on `samples` (`counts[i]` times
+        per model pass, when known); True when it can serve them. The keys of prepared instances are what the
+        runtime routes."""
         if not instances or any(class_name(m) != self.target_class for m in instances):
             return False
-        ready = self._prepare_instances(list(instances), list(samples))
+        ready = self._prepare_instances(list(instances), list(samples), list(counts) if counts is not None else None)
         if ready:
             self.instance_keys = self.instance_keys | {instance_key(m) for m in instances}
             self._ready = True
@@ -171,16 +185,9 @@ class ModuleKernelProvider(KernelProvider):
     def _bind(self, module: nn.Module) -> Callable[..., Any]:
         raise NotImplementedError
 
-    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample]) -> bool:
+    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],
+                           counts: list[int] | None = None) -> bool:
         raise NotImplementedError
-
-
-def _fresh_forward(module: nn.Module) -> Callable[..., Any]:
-    """`type(module).forward(module, ...)` in a function with its own code object (Dynamo caches per code object)."""
-    namespace: dict[str, Any] = {"_forward": type(module).forward, "_module": module}
-    exec("def kforge_module_forward(*args, **kwargs):\n    return _forward(_module, *args, **kwargs)\n",  # noqa: S102
-         namespace)
-    return namespace["kforge_module_forward"]
 
 
 class CompiledModuleProvider(ModuleKernelProvider, type_name="torch_compile_module"):
@@ -193,18 +200,24 @@ class CompiledModuleProvider(ModuleKernelProvider, type_name="torch_compile_modu
     def __init__(self, target_class: str, mode: str | None = None) -> None:
         super().__init__(target_class)
         self.mode = mode
+        self._compiled: dict[type, Callable[..., Any]] = {}
 
     @property
     def name(self) -> str:
         return f"torch.compile({self.target_class.rsplit('.', 1)[-1]}.forward)"
 
     def _bind(self, module: nn.Module) -> Callable[..., Any]:
-        return torch.compile(_fresh_forward(module), mode=self.mode, dynamic=False)
+        kind = type(module)
+        compiled = self._compiled.get(kind)
+        if compiled is None:
+            compiled = self._compiled[kind] = torch.compile(kind.forward, mode=self.mode, dynamic=False)
+        return functools.partial(compiled, module)
 
-    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample]) -> bool:
-        # The first instance stands for its key (same class, attributes, parameter shapes): the others compile on
-        # their first call (Inductor's graph cache makes that quick).
-        for module in instances[:1]:
+    def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],
+                           counts: list[int] | None = None) -> bool:
+        # The group's graph is built here, on the judged calls, and each instance runs it once (its guards checked),
+        # so nothing compiles later on a first call that may fall inside a CUDA-graph capture.
+        for module in instances:
             forward = self.bind(module)
             for sample in samples:
                 try:

@@ -59,8 +59,7 @@ from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
-from forge.judging import FunctionTarget, Judge
-from forge.judging.modules import ReferenceModel
+from forge.judging import FunctionTarget, InstanceTarget, Judge
 from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, record_module_calls
 from forge.outcome import (
     CandidateAbort,
@@ -264,6 +263,7 @@ class KernelOptimizer:
         judge: Judge | None = None,
         module_sources: Sequence[Callable[[str], ModuleKernelProvider]] | None = None,
         module_min_time_share_percent: float = 3.0,
+        module_classes: Sequence[str] | None = None,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
         self.kernel_generators: list[KernelGenerator] = _as_list(
@@ -293,6 +293,9 @@ class KernelOptimizer:
         self.module_sources = list(module_sources or [])
         self.module_min_time_share_percent = _check_percent("module_min_time_share_percent",
                                                             module_min_time_share_percent)
+        # Only these classes (qualified or bare names, e.g. "LlamaRMSNorm"), when given: a user who knows where the
+        # glue is, or a run that must not spend LLM conversations on the rest.
+        self.module_classes = frozenset(module_classes) if module_classes is not None else None
         self._run = _Run(Execution.EAGER, {}, self.kernel_utils)  # the state of one make_plan call
         self.last_result: PlanResult | None = None  # what the last make_plan found (`PlanResult`)
 
@@ -484,7 +487,9 @@ class KernelOptimizer:
         # module: compiling it is `--execution compile`, not a kernel.
         return [MODULE_PREFIX + row.module_class for row in frame.itertuples()
                 if row.module_class != root and row.outside_f_pct >= self.module_min_time_share_percent
-                and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)]
+                and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)
+                and (self.module_classes is None or row.module_class in self.module_classes
+                     or row.module_class.rsplit(".", 1)[-1] in self.module_classes)]
 
     def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
@@ -510,12 +515,12 @@ class KernelOptimizer:
                 logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
                 continue
             for key, group in calls.instances.items():
-                for source in self.module_sources:
-                    entry = self._module_candidate(name, source, group, calls.samples[key], calls.counts[key])
-                    if entry is not None:
-                        entries.append(entry)
-                        taken += group
-                        break
+                won = [entry for source in self.module_sources
+                       if (entry := self._module_candidate(name, source, group, calls.samples[key],
+                                                           calls.counts[key])) is not None]
+                if won:  # every source is judged and timed; the fastest serves the group
+                    entries.append(min(won, key=lambda e: e.latency_ms))
+                    taken += group
         return entries
 
     def _module_candidate(self, name: str, source: Callable[[str], ModuleKernelProvider], instances: list[nn.Module],
@@ -527,22 +532,37 @@ class KernelOptimizer:
             with candidate_code():
                 provider = source(name[len(MODULE_PREFIX):])
                 progress("%s: preparing %s", name, provider.name)
-                ready = provider.prepare_instances(instances, samples)
+                ready = provider.prepare_instances(instances, samples, counts)
         except Exception as exc:  # noqa: BLE001 - reported
             self._row(name, str(source), "static", ReportStatus.RUNTIME_ERROR, error=f"prepare raised {_aborted(exc)}")
             return None
+        kind = "generated" if type(provider).carries_code else "static"
         if not ready:
-            self._row(name, provider.name, "static", ReportStatus.PREPARE_REFUSED, error="cannot serve these calls")
+            why = getattr(provider, "error", None) or "cannot serve these calls"
+            status = ReportStatus.GENERATION_FAILED if kind == "generated" else ReportStatus.PREPARE_REFUSED
+            self._row(name, provider.name, kind, status, error=why)
             return None
         original = functools.partial(type(representative).forward, representative)
-        bound = provider.bind(representative)
-        target = FunctionTarget(name, tuple(samples), reference=ReferenceModel(representative))
-        trusted = not getattr(provider, "allows_dispatch_poisoning", True)
+        target = InstanceTarget.of(representative, samples, counts)
         progress("%s: judging %s", name, provider.name)
-        verdict = self.judge.judge_callable(bound, target, trusted=trusted, kernel_utils=self.kernel_utils)
+        try:
+            with candidate_code():  # building the replacement runs its constructor
+                bound = provider.bind(representative)
+                code = provider.candidate_code()
+            if code is not None:  # in the sandbox, then (passed there) here, where the plan will run it
+                verdict = self.judge.judge_code(code, target, bound, kernel_utils=self.kernel_utils)
+            else:
+                trusted = not getattr(provider, "allows_dispatch_poisoning", True)
+                verdict = self.judge.judge_callable(bound, target, trusted=trusted, kernel_utils=self.kernel_utils)
+        except HarnessError as exc:
+            self._row(name, provider.name, kind, ReportStatus.HARNESS_ERROR, error=f"{type(exc).__name__}: {exc}")
+            return None
+        except Exception as exc:  # noqa: BLE001 - the replacement could not be built (e.g. it copies parameters)
+            self._row(name, provider.name, kind, ReportStatus.INVALID, error=f"cannot be bound: {_aborted(exc)}")
+            return None
         if not verdict.ok:
             errors = verdict.details.get("errors") or [verdict.message]
-            self._row(name, provider.name, "static", ReportStatus(verdict.status.value),
+            self._row(name, provider.name, kind, ReportStatus(verdict.status.value),
                       error="; ".join(map(str, errors[:3])))
             return None
         utils = self._timing_utils
@@ -553,10 +573,10 @@ class KernelOptimizer:
                 result = utils.benchmark(bound, timed, reference=original)
             second = utils.benchmark(original, timed)
         except SpotCheckError as exc:
-            self._row(name, provider.name, "static", ReportStatus.MISMATCH, error=str(exc))
+            self._row(name, provider.name, kind, ReportStatus.MISMATCH, error=str(exc))
             return None
         except Exception as exc:  # noqa: BLE001 - reported
-            self._row(name, provider.name, "static", ReportStatus.RUNTIME_ERROR, error=f"benchmark raised {exc}")
+            self._row(name, provider.name, kind, ReportStatus.RUNTIME_ERROR, error=f"benchmark raised {exc}")
             return None
         bracket = Bracket(first, second)
         baseline = bracket.baseline
@@ -565,10 +585,10 @@ class KernelOptimizer:
         won = bracket.beaten_by(result)
         status = ReportStatus.SELECTED if won else (
             ReportStatus.SLOWER if result.median_ms >= baseline.median_ms else ReportStatus.NOT_SIGNIFICANT)
-        self._row(name, provider.name, "static", status, result, baseline=baseline)
+        self._row(name, provider.name, kind, status, result, baseline=baseline)
         if not won:
             return None
-        return PlanEntry(provider=provider, signatures=tuple(samples), source="static", latency_ms=result.median_ms,
+        return PlanEntry(provider=provider, signatures=tuple(samples), source=kind, latency_ms=result.median_ms,
                          baseline_ms=baseline.median_ms,
                          description=f"{provider.name} for {len(instances)} instance(s)")
 
@@ -778,7 +798,7 @@ class KernelOptimizer:
                          utils.timing.value)
                 baseline_fn, baseline_label = self._timed_reference(search)
                 first = utils.benchmark(baseline_fn, search.benchmark_samples)
-                judge = Snapshot.take()  # F and the references too: a candidate patching them is rejected (issue 10)
+                judge = Snapshot.take()  # F and the references too: a candidate patching them while timed fails
                 timed: list[_Candidate] = []
                 for c in search.candidates:
                     try:

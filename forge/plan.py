@@ -371,4 +371,16 @@ def _verify_module_entry(entry: PlanEntry, samples: list[Sample], utils: KernelU
         return [f"{entry.function}: not verified: no instance of {provider.target_class} in this model has the "
                 "behaviour the entry was judged on"]
     representative = served[0]  # the served instances share the behaviour the entry was judged on (instance_key)
+    code = provider.candidate_code() if type(provider).carries_code else None
+    if code is not None:  # generated code runs in the sandbox first; only if it passes there is it imported here
+        from forge.judging import InstanceTarget, Judge
+
+        judge = Judge(utils)
+        try:
+            verdict = judge.judge_source(code.source, InstanceTarget.of(representative, samples), code.language,
+                                         benchmark=False)
+        finally:
+            judge.close()
+        if not verdict.ok:
+            return [f"{entry.function}: in the sandbox: {verdict.status.value}: {verdict.message}"]
     return [str(e) for e in utils.validate(ReferenceModel(representative), provider.bind(representative), samples)]

@@ -1,10 +1,10 @@
 """Plan files are untrusted input: read them with bounds and check every field before anything is built.
 
-A plan travels between machines and may be edited by hand, truncated, or replaced by something that is not a plan
-at all. Before this module each of these reached code that assumed a well-formed file (issue 11): a binary file
-escaped as `UnicodeDecodeError`, JSON nested 5,000 deep as `RecursionError`, `environment` as a string as
-`AttributeError`, `latency_ms: "fast"` loaded and then crashed `kforge plan show`, a 300 MB file or `/dev/zero` was
-read whole, and a signature shape of 2^20 x 2^20 made `plan verify` try to allocate 4 TB. Here:
+A plan travels between machines and may be edited by hand, truncated, or replaced by something that is not a plan at
+all. Before this module each of these reached code that assumed a well-formed file: a binary file escaped as
+`UnicodeDecodeError`, JSON nested 5,000 deep as `RecursionError`, `environment` as a string as `AttributeError`,
+`latency_ms: "fast"` loaded and then crashed `kforge plan show`, a 300 MB file or `/dev/zero` was read whole, and a
+signature shape of 2^20 x 2^20 made `plan verify` try to allocate 4 TB. Here:
 
 - `read_plan_json(path)` opens without blocking (a FIFO cannot hang it), refuses anything but a regular file,
   refuses files over `PlanLimits.max_file_bytes` (64 MiB: the largest plan `kforge optimize` wrote for the

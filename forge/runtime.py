@@ -33,8 +33,8 @@ How a call reaches a provider:
 Cost, eager (`pytest -s tests/forge/test_runtime.py -k dispatch_overhead`): router + guard + eligibility cost
 1.8-1.95 us per call over calling the provider directly on the 2-core CI machine, where the hook-based runtime this
 replaces cost 1.35-1.5 us in the same runs (the thread-local lookup, `is_compiling()` and the subclass/grad check);
-1.47 us on the H200 host's CPU in the issue-7 run (BENCHMARKS.md 0b; 1.9 us before). The storage-offset and
-alignment terms of the key add 0.1-0.3 us per tensor. Keying storage offset and alignment (issue 10) added +0.25-0.31 us
+1.47 us on the H200 host's CPU (BENCHMARKS.md 0b; 1.9 us before). The storage-offset and
+alignment terms of the key add 0.1-0.3 us per tensor. Keying storage offset and alignment added +0.25-0.31 us
 per one-tensor call on the loaded CI machine (`forge.samples` docstring). The op is never used in eager mode: a
 call through the dispatcher costs ~6 us more (~20 us with `torch.library.custom_op`).
 """
@@ -45,6 +45,7 @@ import contextlib
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from forge.custom_ops import DispatchStats, PlanModeWarning, ProviderOp, provider_op
+from forge.custom_ops import DispatchStats, PlanModeWarning, ProviderOp, module_op, provider_op
 from forge.execution import Execution, parse_execution
 from forge.functional import original_function
 from forge.modules import MODULE_PREFIX, class_name
@@ -412,17 +413,47 @@ def _make_compiled(
     return compiled
 
 
+# The counters a module instance's custom op reports to: those of the runtime that patched it, while it does.
+_MODULE_STATS: weakref.WeakKeyDictionary[nn.Module, DispatchStats] = weakref.WeakKeyDictionary()
+
+
+def _module_traced_path(entry: PlanEntry, sub: nn.Module, replacement: Callable[..., Any],
+                        original: Callable[..., Any]) -> Callable[[tuple, dict], Any]:
+    """Under a tracer: the instance's custom op (`forge.custom_ops.module_op`, one node per call, no graph break) on
+    a validated signature, the original forward otherwise (Dynamo traces and Inductor compiles it). A replacement
+    that is itself `torch.compile` code gets no op: Inductor compiles the original forward into the same thing."""
+    op = None
+    if type(entry.provider).carries_code:
+        held = weakref.ref(sub)
+        op = module_op(entry.provider, sub, replacement, original,
+                       lambda _function, _provider: _MODULE_STATS.get(held()) if held() is not None else None)
+    calls: list[tuple[int, _CallPattern]] = []
+    if op is not None:
+        for template in entry.signatures:
+            index = op.register(template)
+            if index is not None:
+                calls.append((index, call_pattern(template)))
+
+    def traced(args: tuple, kwargs: dict) -> Any:
+        if calls and _eligible(args, kwargs):
+            for index, pattern in calls:
+                if _matches_call(args, kwargs, pattern):
+                    return op.call(index, _tensors(args, kwargs, pattern))
+        return original(*args, **kwargs)
+
+    return traced
+
+
 def _module_forward(entry: PlanEntry, stats: DispatchStats, replacement: Callable[..., Any],
-                    original: Callable[..., Any]) -> Callable[..., Any]:
+                    original: Callable[..., Any], traced: Callable[[tuple, dict], Any]) -> Callable[..., Any]:
     """An instance's forward under a module entry: the replacement on a judged call signature (no grad needed, no
-    tensor subclass), the original forward otherwise, and under a tracer (Dynamo compiles the original forward,
-    which is what a compiled replacement would do; no graph break)."""
+    tensor subclass), the original forward otherwise; under a tracer `traced` (`_module_traced_path`)."""
     keys, name = entry.signature_keys, entry.function
     profiling = torch._C._autograd._profiler_enabled
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
-            return original(*args, **kwargs)
+            return traced(args, kwargs)
         try:
             hit = signature_of(args, kwargs) in keys and _eligible(args, kwargs)
         except TypeError:
@@ -649,13 +680,17 @@ class KernelProviderRuntime:
         for sub, entry, stats in self._served_instances():
             had = "forward" in sub.__dict__
             previous = sub.__dict__.get("forward")
-            wrapper = _module_forward(entry, stats, entry.provider.bind(sub), sub.forward)
+            replacement, original = entry.provider.bind(sub), sub.forward
+            wrapper = _module_forward(entry, stats, replacement, original,
+                                      _module_traced_path(entry, sub, replacement, original))
             sub.forward = wrapper
+            _MODULE_STATS[sub] = stats
             self._patched.append((sub, had, previous, wrapper))
 
     def _unpatch_modules(self) -> None:
         patched, self._patched = self._patched, []
         for sub, had, previous, wrapper in reversed(patched):
+            _MODULE_STATS.pop(sub, None)
             if sub.__dict__.get("forward") is not wrapper:
                 logger.info("%s.forward was replaced again while a plan ran; leaving it", type(sub).__name__)
             elif had:

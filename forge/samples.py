@@ -6,7 +6,7 @@ spec's storage offset into a buffer just large enough for it. Signatures (`signa
 used for de-duplication and by the runtime's signature guard: they include shape, dtype, device and strides of
 every tensor, and the exact value (and type) of every other argument.
 
-Where a tensor starts in memory is part of its key too (issue 10): `x[1:]` of a larger buffer has the shape and
+Where a tensor starts in memory is part of its key too: `x[1:]` of a larger buffer has the shape and
 strides of a fresh tensor, and a kernel validated only on fresh tensors read it from the wrong place (error
 0.06-0.1). A tensor key therefore carries `storage_offset() != 0` and `data_ptr() % 16` (the address's residue
 modulo 16 bytes: Triton specialises pointers on 16-byte divisibility and vectorised CUDA loads need 4/8/16-byte
@@ -113,7 +113,7 @@ def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 
 @dataclass(frozen=True)
 class Widening:
-    """A wider draw than the captured distribution (issue 10): floating tensors are drawn with
+    """A wider draw than the captured distribution: floating tensors are drawn with
     `max(spread * std, min_std)` around the captured mean, and a random `outlier_fraction` of elements is moved
     `outlier_scale` times further from the mean (large activations); values stay within
     `min(finfo.max / 64, sqrt(finfo.max))`, so their squares stay finite (fp16: |x| <= 255).
@@ -138,7 +138,7 @@ class Widening:
             raise ValueError(f"Widening.outlier_fraction must be <= 1, got {self.outlier_fraction}")
 
 
-# Tensors above this many elements get their statistics in pieces of this size (issue 8: the one-shot float64 copy
+# Tensors above this many elements get their statistics in pieces of this size (measured: the one-shot float64 copy
 # of the finite values was 3.25x a 7.5 GB input); smaller ones keep the one-shot path, whose digits prompts show.
 _STATS_CHUNK = 1 << 26
 

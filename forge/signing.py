@@ -1,9 +1,9 @@
 """Signed plans and cache entries: HMAC-SHA256 with a key the user controls, so planted or edited code is refused.
 
 Why: a plan or a kernel-cache entry carries generated source that is imported into the process that loads it. A
-`source_sha256` next to the source proves nothing (issue 9: an attacker replaced the source and recomputed the
-hash, or deleted the key, and `kforge plan verify` and `plan.apply` ran the code; a planted cache entry was imported
-by the next `kforge optimize` with no LLM call and no sandbox). A MAC needs a secret the attacker does not have.
+`source_sha256` next to the source proves nothing (demonstrated: an attacker replaced the source and recomputed the
+hash, or deleted the key, and `kforge plan verify` and `plan.apply` ran the code; a planted cache entry was imported by
+the next `kforge optimize` with no LLM call and no sandbox). A MAC needs a secret the attacker does not have.
 
 - The key: `$KFORGE_SIGNING_KEY` (hex of at least 32 digits is decoded, any other text is used as its UTF-8 bytes),
   else the file `$KFORGE_SIGNING_KEY_FILE`, else `~/.config/kforge/signing.key`. `load_key(create=True)` (used by

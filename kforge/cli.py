@@ -309,6 +309,14 @@ def _generators(args: argparse.Namespace) -> list:
     return generators_from_args(args)
 
 
+def _module_sources(generators: list) -> list:
+    try:
+        from agent.cli_support import module_sources_for
+    except ImportError:
+        return []
+    return module_sources_for(generators)
+
+
 def _load_demo(name: str, device: str) -> tuple[nn.Module, list[Sample], str]:
     """The embedded demo `name` (model, inputs, label); an unknown name is a one-line error naming the choices."""
     from forge.demos import UnknownDemoError, get_demo
@@ -355,8 +363,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         kernel_generators=generators,
         kernel_utils=KernelUtils(),
         provider_min_time_share_percent=args.provider_threshold,
-        module_sources=[] if args.no_static else [CompiledModuleProvider],
+        module_sources=([] if args.no_static else [CompiledModuleProvider]) + _module_sources(generators),
         module_min_time_share_percent=args.module_threshold,
+        module_classes=args.modules,
         generator_min_time_share_percent=args.generator_threshold,
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
@@ -448,7 +457,7 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
     import json
 
     from agent.cli_support import first_turn_requests
-    from agent.generator import LLMKernelGenerator
+    from agent.generator import GeneratorOptions, LLMKernelGenerator
     from agent.llm import LLMConfig
     from forge.profiler import ModuleFunctionKernelProfiler
 
@@ -463,8 +472,8 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
         model, data = load_target(args.target, device), load_inputs(args.inputs, device)
         check_first_forward(model, data, args.target)
     config = LLMConfig.from_env(**({"model": args.llm_model} if args.llm_model else {}))
-    generator = LLMKernelGenerator(config, functions=args.functions.split(",") if args.functions else None,
-                                   use_cache=False)
+    generator = LLMKernelGenerator(config, GeneratorOptions(
+        functions=tuple(args.functions.split(",")) if args.functions else None, use_cache=False))
     names = set(generator.supports_functions())
     profile = ModuleFunctionKernelProfiler(names).profile(model, data)
     requests = first_turn_requests(generator, profile, [n for n in profile.functions if n in names])
@@ -590,7 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="minimum time share for static providers (default 0)")
     opt.add_argument("--module-threshold", type=percent_argument, default=3.0, metavar="PCT",
                      help="minimum share of kernel time outside F calls in a module class's own forward for a "
-                          "module kernel (torch.compile of the class's forward; default 3)")
+                          "module kernel (torch.compile of the class's forward, and a generated ModelNew when an "
+                          "LLM is configured; default 3)")
+    opt.add_argument("--modules", nargs="+", default=None, metavar="CLASS",
+                     help="only these module classes get module kernels (bare or qualified names, e.g. LlamaRMSNorm)")
     opt.add_argument("--generator-threshold", type=percent_argument, default=10.0, metavar="PCT",
                      help="minimum time share for kernel generation (default 10)")
     opt.add_argument("--generation-timeout", type=seconds_argument, default=None, metavar="S",

@@ -1,4 +1,10 @@
-"""Kernel languages the agent can write, by name: `get_language("triton")` returns the `TritonLanguage`."""
+"""Kernel languages the agent can write, by name: `get_language("triton")` returns the `TritonLanguage`.
+
+A language is registered with `register_language` (the built-ins at the end of this file). `DEFAULT_LANGUAGE` is
+the language a user gets without asking for one; only the entry points read it (`agent.cli_support`'s
+`--language`, `kforge eval`), and everything below them (tasks, prompts, screening, cassettes) is told the language
+explicitly.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,10 @@ from agent.languages.base import ExceptionClass, KernelLanguage
 from agent.languages.cuda import CudaLanguage
 from agent.languages.triton import TritonLanguage
 
-__all__ = ["CudaLanguage", "ExceptionClass", "KernelLanguage", "TritonLanguage", "get_language", "language_names",
-           "register_language"]
+__all__ = ["DEFAULT_LANGUAGE", "CudaLanguage", "ExceptionClass", "KernelLanguage", "TritonLanguage", "get_language",
+           "language_names", "register_language"]
+
+DEFAULT_LANGUAGE = "triton"
 
 _LANGUAGES: dict[str, KernelLanguage] = {}
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from agent.llm.config import CASSETTE_MODES, CassetteMode
 from agent.llm.errors import LLMError
+from forge.text import clip
 
 __all__ = ["Cassette", "CassetteEntry", "canonical_request", "last_user_text", "request_key"]
 
@@ -156,7 +157,7 @@ class Cassette:
 
     def _miss_message(self, request: Mapping[str, Any]) -> str:
         prompt = last_user_text(request.get("messages") or [])
-        excerpt = prompt[:200] + ("..." if len(prompt) > 200 else "")
+        excerpt = clip(prompt, 203, collapse=False)
         return (
             f"cassette miss: {self.path} has no recorded reply for this request (model {request.get('model')!r}, "
             f"parameters {json.dumps(request.get('parameters'), sort_keys=True)}; last user message starts: "

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from forge.env import env_float, env_int, parse_float, parse_int
+
 __all__ = ["CASSETTE_MODES", "CassetteMode", "LLMConfig", "parse_max_retries", "parse_timeout"]
 
 CassetteMode = Literal["record", "replay"]
@@ -222,54 +224,24 @@ def _parse_mode(value: str | None) -> CassetteMode | None:
 
 
 def _parse_float(env: Mapping[str, str], name: str) -> float | None:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number; give USD as a plain number such as 2.5") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}={raw!r} must be a finite number >= 0")
-    return value
+    return env_float(name, minimum=0, hint="give USD as a plain number, such as 2.5", environ=env)
 
 
 def _parse_positive_int(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer; give a token count such as 16384") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be a positive integer")
-    return value
+    return env_int(name, minimum=1, hint="give a token count, such as 16384", environ=env)
 
 
 def parse_timeout(raw: str | None, name: str) -> float | None:
     """Seconds > 0 from the text of `name` (an environment variable or a CLI flag); None when unset or blank."""
     if raw is None or not str(raw).strip():
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds > 0; give the total deadline of one LLM "
-                         "request, such as 600")
-    return value
+    return parse_float(raw, name, above=0, what="a number of seconds",
+                       hint="give the total deadline of one LLM request, such as 600")
 
 
 def parse_max_retries(raw: str | None, name: str) -> int | None:
     """An integer >= 0 from the text of `name` (an environment variable or a CLI flag); None when unset or blank."""
     if raw is None or not str(raw).strip():
         return None
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"{name}={raw!r} is not an integer >= 0; give how many times a failed LLM request is "
-                         "retried, such as 6 (0 = never)")
-    return value
+    return parse_int(raw, name, minimum=0, hint="give how many times a failed LLM request is retried, such as 6 "
+                     "(0 = never)")

@@ -12,12 +12,13 @@ from typing import Any
 import torch
 
 from agent.languages import get_language
-from agent.prompting.task import KernelTask, ModuleTask
+from agent.prompting.task import InstanceTask, KernelTask, ModuleTask
 from agent.roofline import RooflineEstimate, SampleRoofline, estimate
 from agent.semantics import entry_signature, parameter_names, semantics_summary, signature_text
 from forge.samples import Sample, TensorSpec, dtype_name, map_values
 
-__all__ = ["SMALL_CALL_FLOOR_US", "describe_value", "kernel_task_context", "module_task_context"]
+__all__ = ["SMALL_CALL_FLOOR_US", "describe_value", "instance_task_context", "kernel_task_context",
+           "module_task_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -201,3 +202,47 @@ def module_task_context(task: ModuleTask) -> dict[str, Any]:
         **_device_context(task.device_name, task.compute_capability, task.is_interpreter),
     }
     return {"task": task_vars}
+
+
+def _instance_rows(task: InstanceTask) -> list[dict[str, Any]]:
+    names = task.forward_parameters
+    rows = []
+    for index, entry in enumerate(task.samples, start=1):
+        sample = entry.sample
+        arguments = [f"`{names[i] if i < len(names) else f'args[{i}]'}` (positional {i}): {describe_value(v)}"
+                     for i, v in enumerate(sample.args)]
+        arguments += [f"`{k}` (keyword): {describe_value(v)}" for k, v in sample.kwargs.items()]
+        output = task.outputs[index - 1] if index - 1 < len(task.outputs) else None
+        rows.append({"index": index, "count": entry.count,
+                     "time_share": f"{entry.time_share * 100:.1f}%" if entry.time_share is not None else None,
+                     "call": "forward" + sample.describe(), "arguments": arguments,
+                     "outputs": [output] if output else [], "floor": None, "small": False})
+    return rows
+
+
+def instance_task_context(task: InstanceTask) -> dict[str, Any]:
+    """The variables of the instance templates: `task` (the class, its sources, attributes, tensors, device) and
+    `signatures` (every sampled call, as the function templates show them)."""
+    specs = _tensor_specs(task.sample_list)
+    tensor_dtypes = " ".join(line for _, line in task.tensors)
+    task_vars = {
+        "kind": "instance",
+        "name": task.name,
+        "class_name": task.class_name,
+        "forward_source": task.forward_source,
+        "init_source": task.init_source,
+        "helpers": [{"name": n, "source": s} for n, s in task.helpers],
+        "attributes": [f"`{n}` = {v}" for n, v in task.attributes],
+        "tensors": [f"`{n}`: {line}" for n, line in task.tensors],
+        "submodules": [f"`{n}`: {cls}" for n, cls in task.submodules],
+        "n_signatures": len(task.samples),
+        "language": task.language,
+        "language_name": get_language(task.language).title,
+        "has_fp32": any(s.dtype == torch.float32 for s in specs) or "float32" in tensor_dtypes,
+        "has_half": any(s.dtype in (torch.float16, torch.bfloat16) for s in specs)
+        or "float16" in tensor_dtypes or "bfloat16" in tensor_dtypes,
+        "has_noncontiguous": any(not s.is_contiguous for s in specs),
+        "has_storage_offset": any(s.storage_offset for s in specs),
+        **_device_context(task.device_name, task.compute_capability, task.is_interpreter),
+    }
+    return {"task": task_vars, "signatures": _instance_rows(task)}

@@ -7,7 +7,8 @@ name and falls back to the built-ins for the rest. Language-specific text lives 
 the built-in templates include it as `lang/<fragment>.j2`, and an override folder may replace it in a subfolder
 named after the language (`<prompts_dir>/cuda/rules.j2`). Rendering is strict (`StrictUndefined`): a template
 that uses a variable the renderer does not provide fails with an error naming the template file and line.
-`template_hash()` is a stable sha256 over every template and example actually in use, for kernel-cache keys.
+`template_hash(language)` is a stable sha256 over every template and example one language uses, for kernel-cache
+keys. The renderer has no default language: each task names its own (`KernelTask.language`...).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import jinja2
 
 from agent.examples import EXAMPLES_DIR
 from agent.languages import get_language
-from agent.prompting.context import kernel_task_context, module_task_context
-from agent.prompting.task import KernelTask, ModuleTask
+from agent.prompting.context import instance_task_context, kernel_task_context, module_task_context
+from agent.prompting.task import InstanceTask, KernelTask, ModuleTask
 from agent.prompting.views import Failure, Performance
 from forge.errors import KernelForgeError
 from prompts import PROMPTS_DIR
@@ -36,7 +37,6 @@ logger = logging.getLogger(__name__)
 # Bump when the Python side changes what the templates receive (part of template_hash).
 PROMPT_FORMAT_VERSION = "1"
 EXAMPLE_FILES = ("triton_example.py", "module_example.py", "module_example_reference.py")
-DEFAULT_LANGUAGE = "triton"
 TEMPLATE_SUFFIX = ".j2"
 
 
@@ -82,8 +82,7 @@ class PromptRenderer:
                 f"prompt override folder {self.prompts_dir} does not exist; pass a folder holding *.j2 templates "
                 "named like the built-ins (system.j2, generate.j2, fix.j2, optimize.j2, ...) or None"
             )
-        self._envs: dict[str, jinja2.Environment] = {}
-        self.env = self._environment(DEFAULT_LANGUAGE)
+        self._envs: dict[str, jinja2.Environment] = {}  # one per kernel language, made on first use
         if self.prompts_dir is not None:
             overrides = sorted(p.name for p in self.prompts_dir.iterdir() if p.is_file())
             logger.debug("prompt overrides from %s: %s", self.prompts_dir, overrides)
@@ -116,11 +115,11 @@ class PromptRenderer:
         return env
 
     # -- files --------------------------------------------------------------------------------------------
-    def template_names(self, language: str = DEFAULT_LANGUAGE) -> list[str]:
+    def template_names(self, language: str) -> list[str]:
         """Every template name available for `language` (built-ins, overrides and its `lang/` fragments), sorted."""
         return sorted(n for n in self._environment(language).list_templates() if n.endswith(TEMPLATE_SUFFIX))
 
-    def template_path(self, name: str, language: str = DEFAULT_LANGUAGE) -> Path:
+    def template_path(self, name: str, language: str) -> Path:
         """The file a template name resolves to (the override if there is one)."""
         source = self._environment(language).loader.get_source(self._environment(language), name) \
             if name in self.template_names(language) else None
@@ -129,19 +128,20 @@ class PromptRenderer:
                                       f"{', '.join(self.template_names(language))})")
         return Path(source[1])
 
-    def example_path(self, name: str, language: str = DEFAULT_LANGUAGE) -> Path:
-        """The example file in use: an override of the same name in `prompts_dir`, else the language's example (for
-        its own example's name) or agent/examples/<name>."""
+    def example_path(self, name: str, language: str | None = None) -> Path:
+        """The example file in use: an override of the same name in `prompts_dir`, else `language`'s example (for
+        its own example's name) or agent/examples/<name>. `language` None: a file no language owns (the module
+        examples)."""
         if self.prompts_dir is not None and (self.prompts_dir / name).is_file():
             return self.prompts_dir / name
-        own = get_language(language).prompt_fragments().example_file
-        return own if own.name == name else EXAMPLES_DIR / name
+        own = get_language(language).prompt_fragments().example_file if language is not None else None
+        return own if own is not None and own.name == name else EXAMPLES_DIR / name
 
-    def example(self, name: str, language: str = DEFAULT_LANGUAGE) -> dict[str, str]:
+    def example(self, name: str, language: str | None = None) -> dict[str, str]:
         path = self.example_path(name, language)
         return {"name": name, "code": path.read_text(encoding="utf-8").rstrip() + "\n"}
 
-    def template_hash(self, language: str = DEFAULT_LANGUAGE) -> str:
+    def template_hash(self, language: str) -> str:
         """sha256 over the prompt format version, every template in use for `language` (its fragments included)
         and the example files (stable)."""
         digest = hashlib.sha256(f"kernel-forge prompts v{PROMPT_FORMAT_VERSION}\0".encode())
@@ -158,10 +158,13 @@ class PromptRenderer:
 
     # -- rendering ----------------------------------------------------------------------------------------
     def render(self, template_name: str, **context: Any) -> str:
-        """Render one template with `context` (its `task["language"]` picks the language's fragments, Triton by
-        default); errors name the template file (and line) at fault."""
+        """Render one template with `context` (its `task["language"]`, which every task context holds, picks the
+        language's fragments); errors name the template file (and line) at fault."""
         task = context.get("task")
-        language = task.get("language", DEFAULT_LANGUAGE) if isinstance(task, dict) else DEFAULT_LANGUAGE
+        language = task.get("language") if isinstance(task, dict) else None
+        if not language:
+            raise PromptTemplateError(f"cannot render {template_name!r}: its context has no task['language'] (build "
+                                      "it with kernel_task_context / module_task_context / instance_task_context)")
         try:
             template = self._environment(language).get_template(template_name)
             return _tidy(template.render(**context))
@@ -198,10 +201,17 @@ class PromptRenderer:
             "example_reference": self.example("module_example_reference.py"),
         }
 
-    def system(self, task: KernelTask | ModuleTask) -> str:
+    def _instance_context(self, task: InstanceTask) -> dict[str, Any]:
+        if not isinstance(task, InstanceTask):
+            raise TypeError(f"expected an InstanceTask, got {type(task).__name__}")
+        return instance_task_context(task)
+
+    def system(self, task: KernelTask | ModuleTask | InstanceTask) -> str:
         """The system message: role, language and hard rules."""
         if isinstance(task, ModuleTask):
             return self.render("system.j2", **module_task_context(task))
+        if isinstance(task, InstanceTask):
+            return self.render("system.j2", **self._instance_context(task))
         return self.render("system.j2", **self._function_context(task))
 
     def generate(self, task: KernelTask) -> str:
@@ -252,6 +262,23 @@ class PromptRenderer:
             previous_code=previous_code,
             failure=view.template_context(language=task.language),
         )
+
+    def generate_instance(self, task: InstanceTask) -> str:
+        """First user message for a hot module of a real model: its forward, helpers, attributes, parameters and
+        sampled calls; write `ModelNew(original)`."""
+        return self.render("generate_instance.j2", **self._instance_context(task))
+
+    def fix_instance(self, task: InstanceTask, previous_code: str | None, failure: Any) -> str:
+        """Follow-up after a failed `ModelNew(original)` attempt."""
+        view = Failure.of(failure, previous_code=previous_code)
+        return self.render("fix_instance.j2", **self._instance_context(task), previous_code=previous_code,
+                           failure=view.template_context(language=task.language))
+
+    def optimize_instance(self, task: InstanceTask, code: str, performance: Any) -> str:
+        """Follow-up for a correct `ModelNew(original)`: its time on the model's calls vs the original forward."""
+        perf = Performance.of(performance)
+        return self.render("optimize_instance.j2", **self._instance_context(task), code=code,
+                           performance=perf.template_context(calls=len(task.samples), language=task.language))
 
 
 def _template_frame(exc: BaseException) -> str | None:

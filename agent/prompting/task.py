@@ -1,7 +1,8 @@
-"""What the agent is asked to build: `KernelTask` (one functional op, its sampled calls, the target device) and
-`ModuleTask` (a KernelBench-format module problem).
+"""What the agent is asked to build: `KernelTask` (one functional op, its sampled calls, the target device),
+`ModuleTask` (a KernelBench-format module problem) and `InstanceTask` (a hot module of a user's model, rewritten
+as a `ModelNew(original)` that shares its parameters).
 
-Both are frozen; they hold the samples as given (live tensors or `TensorSpec`s) and never compare them (eq=False),
+All are frozen; they hold the samples as given (live tensors or `TensorSpec`s) and never compare them (eq=False),
 since tensors do not compare to a bool. `signature_key()` is a stable hash of what a kernel must serve (function,
 call signatures, device, language), suitable as part of a kernel-cache key.
 """
@@ -9,10 +10,13 @@ call signatures, device, language), suitable as part of a kernel-cache key.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
+import textwrap
+import types
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,9 +24,9 @@ import torch
 from agent.languages import language_names
 from agent.roofline import device_description, samples_device
 from forge.functional import original_function
-from forge.samples import Sample, TensorSpec, map_values, sample_to_json, spec_sample, value_to_json
+from forge.samples import Sample, TensorSpec, clone_value, map_values, sample_to_json, spec_sample, value_to_json
 
-__all__ = ["KernelTask", "ModuleTask", "SampleEntry"]
+__all__ = ["InstanceTask", "KernelTask", "ModuleTask", "SampleEntry"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,13 +94,14 @@ def _key_json(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class KernelTask:
-    """One `torch.nn.functional` function to implement for the given calls on one device."""
+    """One `torch.nn.functional` function to implement for the given calls on one device, in `language` (a
+    registered `agent.languages` name; keyword-only and required: the generator decides it)."""
 
     function: str
     samples: tuple[SampleEntry, ...]
     device_name: str = "CPU (Triton interpreter)"
     compute_capability: tuple[int, int] | None = None
-    language: str = "triton"
+    language: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
         original_function(self.function)  # clear error for names that are not replaceable functions
@@ -115,7 +120,7 @@ class KernelTask:
         device: str | torch.device | None = None,
         *,
         time_shares: Sequence[float] | None = None,
-        language: str = "triton",
+        language: str,
     ) -> KernelTask:
         """A task whose device name and capability come from `device` (default: the samples' first tensor device).
 
@@ -129,7 +134,7 @@ class KernelTask:
             entries = [SampleEntry(e.sample, e.count, share) for e, share in zip(entries, time_shares, strict=True)]
         target = torch.device(device) if device is not None else samples_device(e.sample for e in entries)
         name, capability = device_description(target)
-        return cls(function, tuple(entries), name, capability, language)
+        return cls(function, tuple(entries), name, capability, language=language)
 
     @property
     def sample_list(self) -> list[Sample]:
@@ -160,7 +165,8 @@ class ModuleTask:
     """A KernelBench-format problem: the reference source (`Model`, `get_inputs`, `get_init_inputs`) and its inputs.
 
     `inputs` are the forward arguments (tensors, `TensorSpec`s or plain values), `init_inputs` the constructor
-    arguments. `dtype`, when set, is the precision the harness casts the model and floating inputs to.
+    arguments. `dtype`, when set, is the precision the harness casts the model and floating inputs to. `language`:
+    the registered `agent.languages` name `ModelNew` is written in (keyword-only and required).
     """
 
     source: str
@@ -170,7 +176,7 @@ class ModuleTask:
     device_name: str = "CPU (Triton interpreter)"
     compute_capability: tuple[int, int] | None = None
     dtype: torch.dtype | None = None
-    language: str = "triton"
+    language: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if "class Model" not in self.source:
@@ -190,7 +196,7 @@ class ModuleTask:
         name: str = "Model",
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
-        language: str = "triton",
+        language: str,
     ) -> ModuleTask:
         """Run the (trusted) problem's `get_inputs()` / `get_init_inputs()` on the meta device to learn the inputs.
 
@@ -246,3 +252,164 @@ class ModuleTask:
             "language": self.language,
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+# Source shown per function or class of a module target (a long forward is rare; a whole modeling file is not).
+_SOURCE_CHARS = 6000
+_HELPER_DEPTH = 2
+
+
+def _source_of(obj: Any) -> str | None:
+    try:
+        text = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return None
+    text = textwrap.dedent(text)
+    return text if len(text) <= _SOURCE_CHARS else text[:_SOURCE_CHARS] + "\n# ... (cut)\n"
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _helpers(function: Any) -> list[tuple[str, str]]:
+    """The functions and classes of the forward's own module that it calls (`rotate_half`, `apply_rotary_pos_emb`),
+    and theirs, two levels deep: what a reader of the forward needs to see."""
+    found: dict[str, str] = {}
+    frontier = [getattr(function, "__func__", function)]
+    for _ in range(_HELPER_DEPTH):
+        following = []
+        for fn in frontier:
+            code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+            if code is None:
+                continue
+            for name in sorted(_code_names(code)):
+                value = namespace.get(name)
+                if name in found or not (inspect.isfunction(value) or inspect.isclass(value)):
+                    continue
+                if getattr(value, "__module__", None) != fn.__module__:
+                    continue  # torch, the standard library: the model knows them
+                source = _source_of(value)
+                if source is not None:
+                    found[name] = source
+                    if inspect.isfunction(value):
+                        following.append(value)
+        frontier = following
+    return list(found.items())
+
+
+def _tensor_line(kind: str, tensor: torch.Tensor) -> str:
+    return f"{kind}, shape {tuple(tensor.shape)}, {str(tensor.dtype).removeprefix('torch.')}, on {tensor.device}"
+
+
+@dataclass(frozen=True, eq=False)
+class InstanceTask:
+    """A hot module of a user's model to rewrite as a `ModelNew(original)`: what the prompt shows of it.
+
+    `class_name`: its qualified class; `forward_source`, `init_source` and `helpers` ((name, source): the functions
+    and classes of its module that the forward calls) come from `inspect`; `attributes` the plain attributes that
+    define its behaviour (`eps`, `hidden_size`), `tensors` its parameters and buffers (name, description) and
+    `submodules` its children (name, class); `samples` every call it got in the model (with counts and time shares),
+    `outputs` what the original returned for each (descriptions). Build one with `from_instance`."""
+
+    class_name: str
+    forward_source: str
+    samples: tuple[SampleEntry, ...]
+    init_source: str | None = None
+    helpers: tuple[tuple[str, str], ...] = ()
+    attributes: tuple[tuple[str, str], ...] = ()
+    tensors: tuple[tuple[str, str], ...] = ()
+    submodules: tuple[tuple[str, str], ...] = ()
+    outputs: tuple[str, ...] = ()
+    forward_parameters: tuple[str, ...] = ()
+    device_name: str = "CPU (Triton interpreter)"
+    compute_capability: tuple[int, int] | None = None
+    language: str = ""
+
+    def __post_init__(self) -> None:
+        entries = tuple(_entry(item) for item in self.samples)
+        if not entries:
+            raise ValueError(f"a module task for {self.class_name} needs at least one sampled call")
+        object.__setattr__(self, "samples", entries)
+        object.__setattr__(self, "compute_capability", _check_capability(self.compute_capability))
+        _check_language(self.language)
+
+    @classmethod
+    def from_instance(cls, module: torch.nn.Module, samples: Iterable[Any], *, language: str,
+                      device: str | torch.device | None = None) -> InstanceTask:
+        """Describe `module` (a live instance) called on `samples` (Samples, (count, Sample) pairs or
+        SampleEntry objects). The original forward runs once per sample (no grad) to describe its outputs."""
+        from forge.modules import class_name, plain_attributes
+
+        kind = type(module)
+        entries = [_entry(item) for item in samples]
+        forward = kind.forward
+        outputs = []
+        for entry in entries:
+            try:
+                with torch.no_grad():
+                    out = module(*clone_value(tuple(entry.sample.args)), **clone_value(dict(entry.sample.kwargs)))
+                outputs.append(_describe_output(out))
+            except Exception as exc:  # noqa: BLE001 - a description only
+                outputs.append(f"(not run here: {type(exc).__name__})")
+        try:
+            parameters = tuple(n for n in inspect.signature(forward).parameters if n != "self")
+        except (TypeError, ValueError):
+            parameters = ()
+        target = torch.device(device) if device is not None else samples_device(e.sample for e in entries)
+        name, capability = device_description(target)
+        return cls(
+            class_name=class_name(module),
+            forward_source=_source_of(forward) or f"# the source of {kind.__qualname__}.forward is not available\n",
+            init_source=_source_of(kind.__init__) if "__init__" in vars(kind) else None,
+            samples=tuple(entries),
+            helpers=tuple(_helpers(forward)),
+            attributes=tuple((k, repr(v)) for k, v in plain_attributes(module)),
+            tensors=tuple([(n, _tensor_line("parameter", t)) for n, t in module.named_parameters()]
+                          + [(n, _tensor_line("buffer", t)) for n, t in module.named_buffers()]),
+            submodules=tuple((n, f"{type(m).__module__}.{type(m).__qualname__}") for n, m in module.named_children()),
+            outputs=tuple(outputs),
+            forward_parameters=parameters,
+            device_name=name,
+            compute_capability=capability,
+            language=language,
+        )
+
+    @property
+    def name(self) -> str:
+        return self.class_name.rsplit(".", 1)[-1]
+
+    @property
+    def sample_list(self) -> list[Sample]:
+        return [e.sample for e in self.samples]
+
+    @property
+    def is_interpreter(self) -> bool:
+        return self.device_name.startswith("CPU")
+
+    def signature_key(self) -> str:
+        """sha256 of the class, its sources, attributes, tensors, call signatures, device and language."""
+        payload = {
+            "class": self.class_name, "forward": self.forward_source, "helpers": list(self.helpers),
+            "attributes": list(self.attributes), "tensors": list(self.tensors),
+            "samples": [sample_to_json(spec_sample(s, with_stats=False)) for s in self.sample_list],
+            "device": self.device_name,
+            "capability": list(self.compute_capability) if self.compute_capability else None,
+            "language": self.language,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _describe_output(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"tensor {str(out.dtype).removeprefix('torch.')}, shape {tuple(out.shape)}, stride {tuple(out.stride())}"
+    if isinstance(out, (tuple, list)):
+        inner = ", ".join(_describe_output(o) for o in out)
+        return f"{type(out).__name__} of ({inner})"
+    if out is None:
+        return "None"
+    return type(out).__name__

@@ -462,7 +462,7 @@ class Performance:
 
     def interpretation(self, calls: int, language: Any = None) -> list[str]:
         """Short diagnoses of where the time goes, most important first (advice in `language`'s terms: a name or
-        `KernelLanguage`; None: Triton's)."""
+        `KernelLanguage`; None: advice that names no language's tools, `KernelLanguage.compute_bound_hint`)."""
         notes: list[str] = []
         ratio = self.launch_ratio(calls)
         fraction = self.roofline_fraction
@@ -509,9 +509,9 @@ class Performance:
                        if fraction < FAR_ROOFLINE_FRACTION else "")
                 )
             else:
-                from agent.languages import get_language
+                from agent.languages import KernelLanguage, get_language
 
-                hint = get_language(language if language is not None else "triton").compute_bound_hint
+                hint = (get_language(language) if language is not None else KernelLanguage).compute_bound_hint
                 notes.append(f"at {percent} of the FLOP floor: compute-bound — {hint}")
         speedup = self.speedup
         if speedup is not None:

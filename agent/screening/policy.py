@@ -1,8 +1,8 @@
 """What screening allows and refuses in a candidate kernel file: the documented allow-lists (and the reasons
 given for the most common refusals).
 
-The policy is an allow-list (issue 9: a deny-list was walked around through the Triton function object's capture
-scope, `InterpretedFunction.rewrite()`, names never imported and `str.format`). A file may use only:
+The policy is an allow-list (a deny-list was walked around through the Triton function object's capture scope,
+`InterpretedFunction.rewrite()`, names never imported and `str.format`). A file may use only:
 
 * Names it binds itself (imports, definitions, assignments, parameters) and the builtins in `SAFE_BUILTINS`; any
   other name (`os` never imported, `type`, `object`, `format`, `vars`, the `getattr` family) is refused.
@@ -71,6 +71,7 @@ __all__ = [
     "GETATTR_FAMILY",
     "HOST_ATTRIBUTES",
     "IMPORT_CATEGORIES",
+    "LIBRARY_CALLS",
     "PLAIN_MODULE_ALLOWED",
     "SAFE_BUILTINS",
     "SAFE_DUNDERS",
@@ -177,6 +178,17 @@ TORCH_ALLOWED: frozenset[str] = frozenset(
         "cuda.is_available", "cuda.device_count", "cuda.current_device", "cuda.device", "cuda.get_device_properties",
         "cuda.get_device_capability", "cuda.get_device_name",
     )
+)
+
+# The library calls a MODULE file (a `ModelNew`) may make for the parts where cuBLAS, cuDNN or fused attention already
+# win: products, convolutions, attention; the rest must be its own kernels. The run-time launch check holds the same
+# policy over the ATen ops these reach (`forge.checking.launch_check.LIBRARY_OPS`, `LaunchPolicy.for_modules()`),
+# and a module kernel must still launch at least one kernel of its own. A function kernel may call none of them.
+LIBRARY_CALLS: frozenset[str] = frozenset(
+    {"torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.baddbmm", "torch.mv", "torch.addmv",
+     *(f"torch.nn.functional.{name}" for name in (
+         "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+         "scaled_dot_product_attention"))}
 )
 
 # torch.* prefixes with a specific reason (checked before the allow-list; first match wins).

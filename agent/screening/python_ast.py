@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from agent.screening import policy
 from agent.screening.violation import Violation
+from forge.text import clip
 
 __all__ = ["PythonAnalysis", "PythonRules", "analyse_python"]
 
@@ -121,8 +122,7 @@ def _text(node: ast.AST) -> str:
         text = ast.unparse(node)
     except Exception:  # noqa: BLE001 - unparse of odd nodes: fall back to the node type
         text = type(node).__name__
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_CONSTRUCT else text[: _MAX_CONSTRUCT - 3] + "..."
+    return clip(text, _MAX_CONSTRUCT)
 
 
 def _is_dunder(name: str) -> bool:

@@ -12,11 +12,12 @@ if TYPE_CHECKING:
 __all__ = ["screen_source"]
 
 
-def screen_source(source: str, function_name: str | None, language: str | KernelLanguage = "triton") -> list[Violation]:
+def screen_source(source: str, function_name: str | None, language: str | KernelLanguage) -> list[Violation]:
     """Every construct the language's policy refuses in `source`, sorted by line; empty = the source may run.
 
     `function_name` is the `torch.nn.functional` function the kernel implements (its PyTorch spellings are named as
-    "the reference op" in messages). A source that does not parse gives one violation of kind `"syntax"`.
+    "the reference op" in messages). `language`: a registered language's name or a `KernelLanguage`. A source that
+    does not parse gives one violation of kind `"syntax"`.
     """
     from agent.languages import get_language  # languages import screening: resolve lazily
 

@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from forge.atomic import write_text_atomic
+
 from .base import Problem, SuiteFormatError
 from .function import FunctionProblem, function_problem_from_json
 from .kernelbench import load_kernelbench_folder
@@ -136,7 +138,4 @@ def write_suite_file(problems: Sequence[FunctionProblem], path: str | Path, *, s
     text = _compact_dumps(suite_to_json(problems, suite=suite, description=description)) + "\n"
     target = Path(path)
     _parse_suite(text, str(target))  # never write a file this module cannot read back
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
-    return target
+    return write_text_atomic(target, text)

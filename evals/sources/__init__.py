@@ -8,19 +8,26 @@ by the same oracle and timed against the same baselines (`evaluation`).
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 from evals.failures import Failure, failure_text
 from evals.sources.base import USAGE_KEYS, Candidate, EvalSource
 from evals.sources.evaluation import CUDA_ERROR_MARKERS, evaluate_problem, fail, failure_record, is_cuda_error
 from evals.sources.llm import LLMSource
-from evals.sources.provider import PROVIDER_PREFIX, ProviderSource
+from evals.sources.provider import PROVIDER_PREFIX, ProviderSource, parse_provider_spec
+from evals.sources.registry import (
+    SourceEntry,
+    check_source_name,
+    register_source,
+    source_from_name,
+    source_names,
+    source_usages,
+)
 from evals.sources.static import SDPA_BACKENDS, CompileSource, EagerSource, SDPASource
 
 __all__ = [
     "CUDA_ERROR_MARKERS",
     "SDPA_BACKENDS",
-    "SOURCE_NAMES",
     "USAGE_KEYS",
     "Candidate",
     "CompileSource",
@@ -31,33 +38,27 @@ __all__ = [
     "PROVIDER_PREFIX",
     "ProviderSource",
     "SDPASource",
+    "SourceEntry",
+    "check_source_name",
     "evaluate_problem",
     "fail",
     "failure_record",
     "failure_text",
     "is_cuda_error",
+    "register_source",
     "source_from_name",
+    "source_names",
+    "source_usages",
 ]
 
-SOURCE_NAMES: tuple[str, ...] = ("llm", "compile", "eager", "sdpa",
-                                 *(f"sdpa-{b}" for b in ("flash", "efficient", "cudnn", "math")))
-
-
-def source_from_name(name: str, *, llm_config: Any = None, **llm_options: Any) -> EvalSource:
-    """`"compile"`, `"sdpa"`, `"sdpa-<backend>"`, `"provider:<spec>"` or `"llm"` -> the source. `llm_config` /
-    `llm_options` are passed to `LLMSource` (ignored by the others)."""
-    key = str(name).strip().lower()
-    if key.startswith(PROVIDER_PREFIX):
-        return ProviderSource(str(name))
-    if key == "compile":
-        return CompileSource()
-    if key == "eager":
-        return EagerSource()
-    if key == "sdpa":
-        return SDPASource()
-    if key.startswith("sdpa-") and key in SOURCE_NAMES:
-        return SDPASource(key.removeprefix("sdpa-"))
-    if key == "llm":
-        return LLMSource(llm_config, **llm_options)
-    raise ValueError(f"unknown eval source {name!r}; choose one of: {', '.join(SOURCE_NAMES)}, "
-                     f"{PROVIDER_PREFIX}<library> or {PROVIDER_PREFIX}<module>:<factory>")
+# The built-in sources, in the order `kforge eval --help` lists them. A new source: its class in this folder and
+# one line here.
+register_source("llm", lambda llm_config=None, **options: LLMSource(llm_config, **options), takes_options=True)
+register_source("compile", CompileSource)
+register_source("eager", EagerSource)
+register_source("sdpa", SDPASource)
+for _backend in SDPA_BACKENDS:
+    register_source(f"sdpa-{_backend}", functools.partial(SDPASource, _backend))
+register_source(PROVIDER_PREFIX, ProviderSource, family=True, check=parse_provider_spec,
+                usage=(f"{PROVIDER_PREFIX}<library>", f"{PROVIDER_PREFIX}<module>:<factory>"))
+del _backend

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evals.failures import Failure, failure_text
+from evals.failures import DETAIL_CHARS, Failure, failure_text
 from evals.problems import FunctionProblem, ModuleProblem, Problem
 from evals.sources.base import USAGE_KEYS, Candidate
 from forge.checking import DEFAULT_TOLERANCES, BenchmarkResult, KernelUtils, SpotCheckError
@@ -84,7 +84,6 @@ CUDA_ERROR_MARKERS = (
     "cudnn_status_execution_failed",
     "uncorrectable ecc error",
 )
-_DETAIL_CHARS = 600
 _KEPT_ERRORS = 3
 _SEED = 0
 
@@ -92,10 +91,6 @@ _SEED = 0
 # ---------------------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------------------
-def _one_line(text: str) -> str:
-    return clip(text, _DETAIL_CHARS)
-
-
 def is_cuda_error(text: str | None) -> bool:
     """Whether `text` (an exception message or a validation error) reports a CUDA fault."""
     lowered = (text or "").lower()
@@ -297,7 +292,7 @@ def _record_verdict(verdict: Verdict, record: dict[str, Any]) -> bool:
         from forge.outcome import ValidationIssue
 
         issues = [ValidationIssue.from_dict(d) for d in verdict.details["issues"]]
-    record["errors"] = [_one_line(e) for e in issues[:_KEPT_ERRORS]]
+    record["errors"] = [clip(e, DETAIL_CHARS) for e in issues[:_KEPT_ERRORS]]
     record["compiled"] = verdict.status in (Outcome.MISMATCH, Outcome.FORBIDDEN) and \
         verdict.details.get("phase") != "screening"
     if verdict.limit is not None:

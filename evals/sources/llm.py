@@ -51,6 +51,8 @@ __all__ = ["LLMSource"]
 logger = logging.getLogger(__name__)
 
 _PARTS_SUFFIX = ".parts"
+# The language `ModelNew` files of KernelBench module problems are written in (function problems use the generator's).
+_MODULE_LANGUAGE = "triton"
 
 
 def _import_generator_class() -> type:
@@ -80,8 +82,8 @@ class LLMSource(EvalSource):
 
     `config`: an `agent.llm.LLMConfig` (model, endpoint, cassette...); None reads it from the environment.
     `generator_factory`: builds the `forge.KernelGenerator` in each worker instead of `agent.LLMKernelGenerator`
-    (must be picklable: a module-level function or class). `generator_options`: keyword arguments for
-    `LLMKernelGenerator` (e.g. `candidates`, `attempts`, `optimize_rounds`, `judge_options`).
+    (must be picklable: a module-level function or class). `generator_options`: `agent.GeneratorOptions` fields (e.g.
+    `candidates`, `attempts`, `optimize_rounds`) and the generator's `judge_options` / `kernel_utils` / `client`.
     `generation_timeout_s`: give up on one problem's generation after this long (recorded as `timeout`).
     """
 
@@ -163,11 +165,21 @@ class LLMSource(EvalSource):
             self._generator = self.generator_factory()
             return
         generator_class = _import_generator_class()
-        options: dict[str, Any] = {"kernel_utils": kernel_utils, "use_cache": False}
+        from agent.generator import GeneratorOptions
+
+        fields: dict[str, Any] = {"use_cache": False}
         if self.artifacts_dir is not None:
-            options["artifacts_dir"] = self.artifacts_dir
-        options.update(self.generator_options)
-        self._generator = generator_class(self.config, **options)
+            fields["artifacts_dir"] = self.artifacts_dir
+        fields.update(self.generator_options)
+        # The generator's collaborators are arguments of their own; the rest are `GeneratorOptions` fields.
+        collaborators = {"kernel_utils": fields.pop("kernel_utils", kernel_utils)}
+        for name in ("client", "judge_options"):
+            if name in fields:
+                collaborators[name] = fields.pop(name)
+        for name in ("functions", "exclude", "languages"):
+            if isinstance(fields.get(name), list):
+                fields[name] = tuple(fields[name])
+        self._generator = generator_class(self.config, GeneratorOptions(**fields), **collaborators)
 
     def close(self) -> None:
         generator, self._generator = self._generator, None
@@ -216,10 +228,11 @@ class LLMSource(EvalSource):
         from agent.prompting import ModuleTask
 
         languages = [language.name for language in getattr(generator, "languages", ())]
-        if languages and "triton" not in languages:
+        if languages and _MODULE_LANGUAGE not in languages:
             return Candidate.failed(Failure.UNSUPPORTED, f"KernelBench module problems are written in Triton; "
                                     f"--language {','.join(languages)} covers function problems only")
-        task = ModuleTask.from_source(problem.source, name=problem.name or "Model", device=device)
+        task = ModuleTask.from_source(problem.source, name=problem.name or "Model", device=device,
+                                      language=_MODULE_LANGUAGE)
         result = generate(task, ModuleTarget(problem.module_source, str(device)))
         usage = dict(getattr(result, "usage", None) or {})
         if getattr(result, "attempts", None) is not None:
@@ -228,4 +241,4 @@ class LLMSource(EvalSource):
             return Candidate.failed(_failure(result), result.error or "no ModelNew", usage)
         code = result.source
         return Candidate(name="ModelNew (LLM)", build=lambda seed: problem.instantiate_candidate(code, device, seed),
-                         usage=usage, code=CandidateCode(code, get_language("triton")))
+                         usage=usage, code=CandidateCode(code, get_language(_MODULE_LANGUAGE)))

@@ -18,12 +18,14 @@ from evals.problems import FunctionProblem, ModuleProblem
 from evals.sources.base import Candidate, EvalSource
 from evals.sources.evaluation import compile_baseline
 from forge.checking import KernelUtils
+from forge.providers.torch_sdpa import sdpa_backend_names
 from forge.samples import Sample
 
 __all__ = ["SDPA_BACKENDS", "CompileSource", "EagerSource", "SDPASource"]
 
-# Backends tried in this order by `SDPASource()` (no backend given); the first that accepts every call wins.
-SDPA_BACKENDS: tuple[str, ...] = ("cudnn", "flash", "efficient", "math")
+# Backends tried in this order by `SDPASource()` (no backend given); the first that accepts every call wins. The
+# names and their order are forge's table (`forge.providers.torch_sdpa.SDPA_BACKENDS`).
+SDPA_BACKENDS: tuple[str, ...] = sdpa_backend_names()
 
 
 class CompileSource(EvalSource):
@@ -67,8 +69,9 @@ class EagerSource(EvalSource):
 
 
 class SDPASource(EvalSource):
-    """`scaled_dot_product_attention` pinned to one PyTorch backend (`"flash"`, `"efficient"`, `"cudnn"`,
-    `"math"`), or with `backend=None` the first of `SDPA_BACKENDS` that accepts every call of the problem.
+    """`scaled_dot_product_attention` pinned to one PyTorch backend (a name of `SDPA_BACKENDS`: `"cudnn"`,
+    `"flash"`, `"efficient"`, `"math"`), or with `backend=None` the first of them that accepts every call of the
+    problem.
 
     Problems of any other function, and module problems, are recorded as `unsupported` failures.
     """

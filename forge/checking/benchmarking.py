@@ -15,20 +15,20 @@ evals, end-to-end), so the same call gets the same number whichever component me
 
 Host-inclusive mode in detail:
 
-A pass calls `fn` once per sample, in order (samples may repeat). Inputs (issue 10: nothing about the calls may
-tell a kernel it is timed rather than judged): two input sets laid out like the samples (shape, strides, storage
-offset) are allocated up front; before every pass, warm-up or timed, a random one of them is refilled in place with
-new values, outside the timed region. The values are a re-arrangement of the samples' own: for each floating,
-finite, non-overlapping tensor of more than one element, a random rotation of its elements (in logical order) of
-one of two variants, the samples or (inputs up to 64 MB) a reversed copy made once up front; integer and bool
-tensors, additive masks (infinities) and expanded tensors keep their values. So the distribution, and the timing,
-stay those of the captured call, while values never repeat between passes (a rotation repeats with probability
-1/numel): before, every pass re-cloned the same values, so a cache keyed by a value fingerprint paid off (selected
-at 3.5x) and a kernel wrong on recycled inputs was timed as doing nothing. Addresses now recur at random, as
-activations' do in a model (the caching allocator), so a cache keyed by `data_ptr` serves stale values, which the
-spot check catches. Memory: two input sets, as the rotation for inputs over 64 MB was (below 64 MB the previous
-design held up to three fresh clones), plus the reversed copy up to 64 MB. Warm-up uses each set once (its first
-touch, page faults included, is not timed). Refilling costs one copy per pass, as the clone it replaces did.
+A pass calls `fn` once per sample, in order (samples may repeat). Inputs (a kernel that can tell timed calls from judged
+ones can skip its work only when timed, so nothing about the calls may tell a kernel it is timed rather than judged):
+two input sets laid out like the samples (shape, strides, storage offset) are allocated up front; before every pass,
+warm-up or timed, a random one of them is refilled in place with new values, outside the timed region. The values are a
+re-arrangement of the samples' own: for each floating, finite, non-overlapping tensor of more than one element, a random
+rotation of its elements (in logical order) of one of two variants, the samples or (inputs up to 64 MB) a reversed copy
+made once up front; integer and bool tensors, additive masks (infinities) and expanded tensors keep their values. So the
+distribution, and the timing, stay those of the captured call, while values never repeat between passes (a rotation
+repeats with probability 1/numel): before, every pass re-cloned the same values, so a cache keyed by a value fingerprint
+paid off (selected at 3.5x) and a kernel wrong on recycled inputs was timed as doing nothing. Addresses now recur at
+random, as activations' do in a model (the caching allocator), so a cache keyed by `data_ptr` serves stale values, which
+the spot check catches. Memory: two input sets, as the rotation for inputs over 64 MB was (below 64 MB the previous
+design held up to three fresh clones), plus the reversed copy up to 64 MB. Warm-up uses each set once (its first touch,
+page faults included, is not timed). Refilling costs one copy per pass, as the clone it replaces did.
 
 Spot checks (`spot_check=SpotCheck(reference)`, `forge.checking.spot_check`): the outputs of 1-2 random timed
 passes (one in device mode on CUDA: one replay's output buffers copied out) are kept and, after the loop and the
@@ -46,7 +46,7 @@ streams is counted: a pass takes `max(current-stream time, all-streams time - ca
 `is_faster_than` can test the difference (Mann-Whitney U) rather than eyeball quartiles. Timed passes continue until at
 least `rounds` ran and `min_run_time_s` of wall time was spent in the timing loop (at most 10,000 passes).
 
-Integrity (issue 10: a kernel replaced `time.perf_counter` and `torch.cuda.Event.elapsed_time` and was selected at
+Integrity (a kernel replaced `time.perf_counter` and `torch.cuda.Event.elapsed_time` and was selected at
 1,600x): `benchmark` checks `forge.checking.integrity`'s import-time snapshot (taken before any candidate code is
 imported) before and after timing, and the clocks and CUDA events after every timed pass (outside the timed region;
 ~30 identities); a change raises `IntegrityError` naming what changed, after putting the originals back, so the

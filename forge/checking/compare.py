@@ -10,7 +10,7 @@ worst elements as rows for the fix prompt's table.
 
 Every elementwise check walks its tensors in flat row-major pieces (`iter_pieces`, `CPU_CHUNK_ELEMENTS` /
 `CUDA_CHUNK_ELEMENTS` elements each), so its float64 temporaries are a constant size rather than a multiple of the
-output (issue 8: a whole-tensor comparison of a 7.5 GB fp32 output held ~4 float64 copies of it, 60 GB). A passing
+output (measured: a whole-tensor comparison of a 7.5 GB fp32 output held ~4 float64 copies of it, 60 GB). A passing
 leaf costs one synchronisation; the details of a failing one (worst elements, first index) take a second pass.
 `fingerprint` lets runs be compared bitwise without keeping an earlier run's output.
 """
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from forge.outcome import MismatchRow, Outcome, ValidationIssue
+from forge.text import clip
 
 __all__ = [
     "CPU_CHUNK_ELEMENTS",
@@ -257,7 +258,7 @@ def _short_repr(value: Any, limit: int = 80) -> str:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ must not break the report
         text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(text, limit, collapse=False)
 
 
 # ---------------------------------------------------------------------------------------------------------

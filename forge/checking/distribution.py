@@ -1,12 +1,12 @@
 """The distributions the harness draws from: `benchmark_distribution` (how many times each unique sample appears in
 one benchmark pass) and `wide_sample` (fresh inputs wider than the captured ones, for the oracle's probes).
 
-`wide_sample` (issue 10): fresh inputs drawn with the captured mean and spread are as degenerate as the captured
-data, so an all-zero gelu on small bf16 activations and a constant 1/N softmax on flat logits passed every fresh
-draw. A wide draw (`forge.samples.Widening`: 4x the captured spread, at least unit spread, 1/64 of the elements 8x
-further out) makes such outputs fail whatever the floors: measured on the issue's shapes (bf16 gelu of spread 4e-3,
-fp32 softmax of spread 1e-4), the zero gelu's median error is 9x its allowance on the wide draw (23x on the captured
-draw with the scale-relative floor of `forge.checking.tolerance`), the constant softmax's ~17,000x (3x captured).
+`wide_sample`: fresh inputs drawn with the captured mean and spread are as degenerate as the captured data, so an
+all-zero gelu on small bf16 activations and a constant 1/N softmax on flat logits passed every fresh draw. A wide draw
+(`forge.samples.Widening`: 4x the captured spread, at least unit spread, 1/64 of the elements 8x further out) makes such
+outputs fail whatever the floors: measured on the exploits' shapes (bf16 gelu of spread 4e-3, fp32 softmax of spread
+1e-4), the zero gelu's median error is 9x its allowance on the wide draw (23x on the captured draw with the
+scale-relative floor of `forge.checking.tolerance`), the constant softmax's ~17,000x (3x captured).
 """
 
 from __future__ import annotations

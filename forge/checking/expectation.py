@@ -6,7 +6,7 @@ mutated): the reference values, the per-element allowance (see `forge.checking.t
 of eager output; integer and bool leaves keep the eager values (exact match). It also keeps the output structure,
 which inputs eager mutated and which outputs alias a mutated input.
 
-Memory (issue 8: on a 7.5 GB fp32 GroupNorm the old expectation, its copies and the four kept runs held 131 GB of
+Memory (measured: on a 7.5 GB fp32 GroupNorm the old expectation, its copies and the four kept runs held 131 GB of
 a 141 GB H200). With S the size of a float32 output, what is kept is compact:
 
 - the reference as float64 for float32/float64 outputs (2S; float32 is 0.6% of the fp32 allowance away from it,

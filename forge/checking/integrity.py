@@ -1,14 +1,14 @@
 """Integrity of the judge: a snapshot of what a kernel could patch to fool an in-process oracle or timer.
 
-WHY (issue 10, mechanism 1). A candidate's Python runs in the process that judges and times it (the sandbox child,
-and the optimizer that finally times a winner). In the issue's corpus, `type(t).any = lambda *a: False` blinded
-every comparison of `forge.checking.compare`; replacing `Tensor.softmax` made the reference (`F.softmax` calls it)
-run the candidate and slowed the baseline (selected at 1,150x on the H200); `Tensor.is_complex` told the kernel when
-the oracle was looking; `time.perf_counter` and `torch.cuda.Event.elapsed_time` were replaced (selected at 1,600x).
-Screening refuses the spellings it knows, but attributes reached through objects are endless, so the harness also
-checks the objects themselves: `Snapshot.take()` records the identity of every attribute the judge and the timers
-resolve, `Snapshot.changes()` names each one that is now a different object (or was added to a class and now shadows
-the inherited one), `Snapshot.check()` raises `IntegrityError` naming them, and `Snapshot.restore()` puts the
+WHY (kernels that patch the judge). A candidate's Python runs in the process that judges and times it (the sandbox
+child, and the optimizer that finally times a winner). In the adversarial corpus (`tests/adversarial`), `type(t).any =
+lambda *a: False` blinded every comparison of `forge.checking.compare`; replacing `Tensor.softmax` made the reference
+(`F.softmax` calls it) run the candidate and slowed the baseline (selected at 1,150x on the H200); `Tensor.is_complex`
+told the kernel when the oracle was looking; `time.perf_counter` and `torch.cuda.Event.elapsed_time` were replaced
+(selected at 1,600x). Screening refuses the spellings it knows, but attributes reached through objects are endless, so
+the harness also checks the objects themselves: `Snapshot.take()` records the identity of every attribute the judge and
+the timers resolve, `Snapshot.changes()` names each one that is now a different object (or was added to a class and now
+shadows the inherited one), `Snapshot.check()` raises `IntegrityError` naming them, and `Snapshot.restore()` puts the
 originals back so the rest of the run is judged by the real functions.
 
 What is covered (`Group`): every attribute of `torch.Tensor` (its own `__dict__`, where a patch lands: the C base

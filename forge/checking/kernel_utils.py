@@ -3,7 +3,9 @@
 Callers configure it (`KernelUtils(fresh_inputs_per_sample=4)`, `dataclasses.replace(...)`) or subclass it to
 change the checks; the optimizer and the LLM sandbox both go through it.
 
-`KernelUtils.validate` is `forge.checking.validate` plus the defences of issue 10 that need no change to it:
+`KernelUtils.validate` is `forge.checking.validate` plus the defences against kernels that game the oracle (on the H200,
+exploits that patched the judge or told judged calls from timed ones were selected at up to 1,600x) that need no change
+to it:
 1. integrity: a judge patched before this candidate ran (by code imported earlier) is restored, not charged; a change
    made while this candidate is validated or probed (`torch.Tensor` methods, timers, `torch.nn.functional`, the
    oracle's references, the harness's own functions, mode stacks: `forge.checking.integrity`) is an issue of the

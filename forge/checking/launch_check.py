@@ -22,12 +22,13 @@ POLICY (what the candidate's own Python code may make PyTorch do, outside its ke
 - reported, not refused (`LaunchRecord.copy_ops`): copies and conversions (`clone`, `copy_`, `_to_copy`:
   `.contiguous()` of a strided view, `.to(dtype)`, `.float()`, `out[:] = y`, `fill_` with a tensor). They move or
   round data but compute nothing of the op; honest kernels use them to lay out inputs and to return the dtype the
-  caller asked for (issue 10: "native bf16 math converted as required"), and the benchmark charges their time.
+  caller asked for (a kernel computing natively in bf16 converts its result), and the benchmark charges their time.
   `LaunchPolicy(allow_copies=False)` refuses them too.
 - refused (`LaunchRecord.compute_ops`): every other op, so arithmetic from tensor operators (`x * y`,
   `math.e ** x`, `-x`), reductions, matmuls, `torch.nn.functional` by any path, indexing with tensors, `cat`,
   random ops, and ops of other namespaces. The prompt asks the kernel to do the math itself: a "Triton kernel" that
-  lets PyTorch compute is not one (issue 10 "computation outside Triton").
+  lets PyTorch compute is not one (`exploit_torch_operators_outside_triton` of the adversarial corpus: PyTorch's
+  math behind a token launch, timed as if it were the generated kernel).
 - refused for function kernels, reported for module kernels (`LaunchRecord.library_ops`, `LaunchPolicy.for_modules()`):
   the libraries that already win, `LIBRARY_OPS` (cuBLAS products, cuDNN/oneDNN convolutions, fused attention). A
   module kernel (a KernelBench `ModelNew`, a replacement of `LlamaMLP.forward`) may call them for those parts and

@@ -14,7 +14,7 @@ Two mechanisms:
 Memory: `poison_allocator` holds one block per output leaf (the outputs' size, which the candidate is about to
 allocate anyway) plus, on CUDA, one block of at most 1 GB (and at most a quarter of the free memory), and frees
 them before the candidate runs; `fill_with_poison` fills in place. Neither allocates more than that, so poisoning
-never raises the oracle's peak above the candidate's own run (issue 8's memory bound, `forge.checking.validation`).
+never raises the oracle's peak above the candidate's own run (the oracle's memory bound, `forge.checking.validation`).
 Since `validate` now releases each run's output once it is checked, the output-sized blocks are also what overwrite
 the previous run's (correct) output before the next run may be handed its memory.
 

@@ -1,10 +1,11 @@
 """Probes run after `validate` passes: call patterns a kernel cannot predict, so it cannot tell when it is judged.
 
-WHY (issue 10, mechanisms 2-4). `validate` makes a fixed, visible number of calls (captured + 2 fresh inputs x 4
-runs = 12 per signature) on fresh clones: a kernel correct for 12 calls and wrong afterwards was selected at 7.8x, a
-cache keyed by a sparse value fingerprint serving from the 5th sighting at 3.5x, a cache keyed by `data_ptr` passed
-because no call followed an in-place update of an input, and on the H200 a background thread finished its writes
-before `validate` compared. Each probe below returns `forge.outcome.ValidationIssue`s whose `run` is the `Probe`:
+WHY (kernels that tell judged calls from the others). `validate` makes a fixed, visible number of calls (captured + 2
+fresh inputs x 4 runs = 12 per signature) on fresh clones: a kernel correct for 12 calls and wrong afterwards was
+selected at 7.8x, a cache keyed by a sparse value fingerprint serving from the 5th sighting at 3.5x, a cache keyed by
+`data_ptr` passed because no call followed an in-place update of an input, and on the H200 a background thread finished
+its writes before `validate` compared. Each probe below returns `forge.outcome.ValidationIssue`s whose `run` is the
+`Probe`:
 
 - `wide inputs`: one call per sample on a wide draw (`forge.checking.distribution.wide_sample`): several times the
   captured spread, at least unit spread, outliers. Degenerate outputs (zeros, a constant softmax) fail there.
@@ -25,7 +26,7 @@ before `validate` compared. Each probe below returns `forge.outcome.ValidationIs
   the devices are synchronised and `quiescence_wait_s` has passed (other threads ran meanwhile), must be bitwise what
   it was when the call returned.
 
-Memory (issue 8: at KernelBench's [112, 64, 512, 512] fp32 the probes, not `validate`, held 15x the problem's
+Memory (measured: at KernelBench's [112, 64, 512, 512] fp32 the probes, not `validate`, held 15x the problem's
 inputs + outputs on the CPU and ran the H200 out of memory). The in-place probe needs two expectations and two
 outputs alive at once (before and after the update); everything else is one call at a time. Work on whole tensors
 is done in pieces (`forge.checking.compare.iter_pieces`): the element moved by an update is found by a chunked
@@ -210,7 +211,7 @@ class _Run:
         if self.held_bytes + size <= _HELD_BYTES:
             self.held.append(held)
             self.held_bytes += size
-        else:  # large outputs (issue 8: GBs on the H200) are re-read now rather than kept until the end
+        else:  # large outputs (GBs at KernelBench sizes on the H200) are re-read now rather than kept until the end
             _reread(self.settings.quiescence_wait_s, [held])
         return output
 

@@ -1,13 +1,13 @@
 """`SpotCheck`: outputs of a few timed passes of `benchmark`, compared with the reference after the timing loop.
 
-WHY (issue 10, mechanism 2). The oracle judges a kernel on calls it can tell apart from timed ones by their rhythm:
-`tests/adversarial/kernels/exploit_timed_pass_detector.py` computes for the first 16 calls and, afterwards, skips the
-work whenever the input's address was seen in the last 4 calls (the benchmark's recycled clones). Its output was
-never looked at, so it was timed (and could be selected) as doing nothing. With a `SpotCheck`, `benchmark` keeps the
-outputs of a few timed passes and, once timing is over, runs the reference on the same inputs and compares with the
-oracle's own comparison (`forge.checking.expectation.build_expectation`, the tolerance table and `error_factor` of
-`validate`, the comparison of `forge.checking.probes`): a kernel that is wrong on any timed pass risks being caught,
-and it cannot know which passes are kept.
+WHY (kernels that behave differently when timed). The oracle judges a kernel on calls it can tell apart from timed ones
+by their rhythm: `tests/adversarial/kernels/exploit_timed_pass_detector.py` computes for the first 16 calls and,
+afterwards, skips the work whenever the input's address was seen in the last 4 calls (the benchmark's recycled clones).
+Its output was never looked at, so it was timed (and could be selected) as doing nothing. With a `SpotCheck`,
+`benchmark` keeps the outputs of a few timed passes and, once timing is over, runs the reference on the same inputs and
+compares with the oracle's own comparison (`forge.checking.expectation.build_expectation`, the tolerance table and
+`error_factor` of `validate`, the comparison of `forge.checking.probes`): a kernel that is wrong on any timed pass risks
+being caught, and it cannot know which passes are kept.
 
 - Which passes: the count is drawn per benchmark from `passes` (default 1-2; 1 in device/graph mode and for inputs
   over 64 MB) and the passes are a uniform random subset of all timed passes (reservoir sampling: the loop's length

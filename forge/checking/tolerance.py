@@ -11,16 +11,16 @@ honest re-implementation be as inexact as PyTorch itself (times `error_factor`);
 eager happens to be exact from getting an impossibly tight bound; the floor absorbs one rounding step of the
 output dtype.
 
-Why the scale (issue 10): the absolute floors are one rounding step *at 1.0*. An output whose values are all much
-smaller than 1 sat entirely under them: an all-zero gelu on bf16 activations of spread 4e-3 (|gelu| ~ 2e-3, under
-bf16's 1e-2) and a constant 1/64 softmax on logits of spread 1e-4 (deviations ~2e-6, under fp32's 1e-5) passed and
-were selected. The floor is therefore scaled by the output's own root-mean-square magnitude when that is below 1
-(outputs larger than 1 keep it: `rtol` already grows with them). Measured on those shapes (CPU, fp64 reference):
-the all-zero gelu now exceeds its allowance 23x at the median element (62x worst), the constant softmax 3x (18x
-worst), an fp32 rms_norm whose sum of squares is accumulated in bf16 fails on a small-gain layer (outputs ~2e-4),
-while the honest interpreted Triton gelu on the same bf16 sample uses 0.3% of its allowance at its worst element.
-An honest kernel's error near zero is still covered by eager PyTorch's own error (the rms term), and an all-zero
-reference keeps the dtype's smallest normal as its floor instead of zero.
+Why the scale: the absolute floors are one rounding step *at 1.0*. An output whose values are all much smaller than 1
+sat entirely under them: an all-zero gelu on bf16 activations of spread 4e-3 (|gelu| ~ 2e-3, under bf16's 1e-2) and a
+constant 1/64 softmax on logits of spread 1e-4 (deviations ~2e-6, under fp32's 1e-5) passed and were selected. The floor
+is therefore scaled by the output's own root-mean-square magnitude when that is below 1 (outputs larger than 1 keep it:
+`rtol` already grows with them). Measured on those shapes (CPU, fp64 reference): the all-zero gelu now exceeds its
+allowance 23x at the median element (62x worst), the constant softmax 3x (18x worst), an fp32 rms_norm whose sum of
+squares is accumulated in bf16 fails on a small-gain layer (outputs ~2e-4), while the honest interpreted Triton gelu on
+the same bf16 sample uses 0.3% of its allowance at its worst element. An honest kernel's error near zero is still
+covered by eager PyTorch's own error (the rms term), and an all-zero reference keeps the dtype's smallest normal as its
+floor instead of zero.
 
 What the floors cannot see: a bf16-in, bf16-out rms_norm accumulating in bf16 is, at hidden size 1024, as close to
 the float64 reference as an honest fp32-accumulating kernel (rms of error/allowance 0.07-0.13 vs 0.06-0.09 over

@@ -28,20 +28,18 @@ sample's specs (seeded: `seed + sample index`; fewer for large inputs, see below
    runs disagree): measured on two H200s, torch.compile'd SDPA (GQA decode, bf16) gave one element of 131,072
    one ulp apart between two identical calls and failed by chance.
 
-Memory (issue 8: GroupNorm over [112, 64, 512, 512] fp32, 7.5 GB per input, held 131 GB of references, copies,
-four run outputs and poison and ran out of memory on a 141 GB H200). With I and O the bytes of the problem's inputs
-and outputs (fp32), the oracle holds besides the caller's inputs: during the float64 run 2I + 2O (plus the
-reference's own float64 temporaries: a reference cannot be chunked generically, so it runs whole); while building
-the expectation 2O (float64 output, becoming the reference in place) + O (eager) + O (allowance, float32); while
-the candidate runs the expectation (3O) + one clone of the inputs (I) + the allocator poison, then the output (O
-each, one after the other; on CUDA plus a poison block of at most 1 GB); plus constant-size pieces of the
-comparisons (`forge.checking.compare.iter_pieces`: tens of MB on the CPU, under 1 GB on CUDA). Stated bound: peak
-extra <= 3 x (I + O) + that constant, beyond the reference's and the candidate's own temporaries. Measured
-(benchmarks/oracle_memory.py, CPU, 512 MB fp32 inputs, anonymous resident memory): GroupNorm 2.5x (10.4x before),
-RMSNorm 3.4x (10.4x before; its float64 reference alone peaks at 3x: the upcast input, x * rsqrt and the
-output are all full-size float64 tensors). Expected on the
-H200 at [112, 64, 512, 512]: ~2.6x, ~46 GB in all. A fresh draw adds its own inputs (I) while the caller's
-sample stays alive.
+Memory (measured: GroupNorm over [112, 64, 512, 512] fp32, 7.5 GB per input, held 131 GB of references, copies, four run
+outputs and poison and ran out of memory on a 141 GB H200). With I and O the bytes of the problem's inputs and outputs
+(fp32), the oracle holds besides the caller's inputs: during the float64 run 2I + 2O (plus the reference's own float64
+temporaries: a reference cannot be chunked generically, so it runs whole); while building the expectation 2O (float64
+output, becoming the reference in place) + O (eager) + O (allowance, float32); while the candidate runs the expectation
+(3O) + one clone of the inputs (I) + the allocator poison, then the output (O each, one after the other; on CUDA plus a
+poison block of at most 1 GB); plus constant-size pieces of the comparisons (`forge.checking.compare.iter_pieces`: tens
+of MB on the CPU, under 1 GB on CUDA). Stated bound: peak extra <= 3 x (I + O) + that constant, beyond the reference's
+and the candidate's own temporaries. Measured (`forge.checking.footprint`, CPU, 512 MB fp32 inputs, anonymous resident
+memory): GroupNorm 2.5x (10.4x before), RMSNorm 3.4x (10.4x before; its float64 reference alone peaks at 3x: the upcast
+input, x * rsqrt and the output are all full-size float64 tensors). Expected on the H200 at [112, 64, 512, 512]: ~2.6x,
+~46 GB in all. A fresh draw adds its own inputs (I) while the caller's sample stays alive.
 
 Fresh rounds for large inputs: a sample whose tensor inputs exceed `LARGE_INPUT_BYTES` (1 GiB) gets at most
 `LARGE_INPUT_FRESH_ROUNDS` (1) fresh draws. Each round costs a full float64 reference, four candidate runs and a

@@ -1,10 +1,11 @@
 """The judge: one component that judges every candidate, function kernel or module (`Judge`), what it judges against
-(`FunctionTarget`, `ModuleTarget`) and what it says (`Verdict`, with a `forge.outcome.Outcome` status)."""
+(`FunctionTarget`, `ModuleTarget`, `InstanceTarget`) and what it says (`Verdict`, with a `forge.outcome.Outcome`
+status)."""
 
 from forge.judging.judge import Judge, JudgeOptions, TrustedCall
 from forge.judging.language import CandidateCode, CandidateLanguage, language_from_ref, language_ref
 from forge.judging.modules import ModuleSource
-from forge.judging.targets import MODULE_SEEDS, FunctionTarget, ModuleTarget, Target
+from forge.judging.targets import MODULE_SEEDS, FunctionTarget, InstanceTarget, ModuleTarget, Target
 from forge.judging.verdict import HarnessLimit, Verdict
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "CandidateLanguage",
     "FunctionTarget",
     "HarnessLimit",
+    "InstanceTarget",
     "Judge",
     "JudgeOptions",
     "ModuleSource",

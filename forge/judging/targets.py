@@ -12,7 +12,7 @@ import torch
 from forge.judging.modules import ModuleSource
 from forge.samples import Sample
 
-__all__ = ["MODULE_SEEDS", "FunctionTarget", "ModuleTarget", "Target"]
+__all__ = ["MODULE_SEEDS", "FunctionTarget", "InstanceTarget", "ModuleTarget", "Target"]
 
 MODULE_SEEDS: tuple[int, ...] = (42, 43, 44)
 
@@ -84,7 +84,42 @@ class ModuleTarget:
         return self.source.name
 
 
-Target = FunctionTarget | ModuleTarget
+@dataclass(frozen=True, eq=False)
+class InstanceTarget(FunctionTarget):
+    """One live module instance of a user's model (a hot `LlamaRMSNorm`), called on `samples` (the calls it got in
+    the model, each `counts[i]` times per pass). A candidate is a `ModelNew` whose constructor takes the original
+    instance and keeps its parameters; it is judged like a function kernel (the oracle on the samples, probes, the
+    launch check's module policy) against the instance's own forward, float64 on an upcast copy (`ReferenceModel`).
+    The sandbox child gets a pickled copy of the instance (`torch.save`), so its class must be importable there by
+    its qualified name (a library's class, or one in an installed package: not `__main__`)."""
+
+    module: torch.nn.Module | None = None
+
+    kind = "instance"
+
+    def __post_init__(self) -> None:
+        from forge.judging.modules import ReferenceModel
+        from forge.modules import module_target_name
+
+        if not isinstance(self.module, torch.nn.Module):
+            raise TypeError(f"InstanceTarget.module must be the nn.Module instance, got {type(self.module).__name__}")
+        if self.function != module_target_name(self.module):
+            raise ValueError(f"InstanceTarget.function must be {module_target_name(self.module)!r} (the instance's "
+                             f"class), got {self.function!r}")
+        if self.reference is None:
+            object.__setattr__(self, "reference", ReferenceModel(self.module))
+        super().__post_init__()
+
+    @classmethod
+    def of(cls, module: torch.nn.Module, samples: Sequence[Sample], counts: Sequence[int] | None = None
+           ) -> InstanceTarget:
+        from forge.modules import module_target_name
+
+        return cls(module_target_name(module), tuple(samples), tuple(counts) if counts is not None else None,
+                   module=module)
+
+
+Target = FunctionTarget | ModuleTarget | InstanceTarget
 
 
 def _check_samples(samples: Sequence[Sample]) -> tuple[Sample, ...]:

@@ -7,7 +7,7 @@ import torch
 from forge.provider import KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.patch_conv import PatchConvProvider
-from forge.providers.torch_sdpa import TorchSDPAProvider
+from forge.providers.torch_sdpa import TorchSDPAProvider, default_sdpa_backends
 
 __all__ = ["default_providers", "COMPILED_FUNCTIONS"]
 
@@ -26,15 +26,15 @@ COMPILED_FUNCTIONS = (
 
 
 def default_providers(device: str | torch.device = "cpu") -> list[KernelProvider]:
-    """SDPA backends (on CUDA), per-function `torch.compile` for the functions in `COMPILED_FUNCTIONS`, patch
-    convolutions as one GEMM (`PatchConvProvider`) and, on CUDA, the measured-to-win functions of every installed
-    kernel library (`forge.providers.libraries`)."""
+    """SDPA backends (on CUDA: `default_sdpa_backends()`), per-function `torch.compile` for the functions in
+    `COMPILED_FUNCTIONS`, patch convolutions as one GEMM (`PatchConvProvider`) and, on CUDA, the measured-to-win
+    functions of every installed kernel library (`forge.providers.libraries`)."""
     from forge.providers.libraries import installed_library_providers
 
     providers: list[KernelProvider] = []
     cuda = torch.device(device).type == "cuda"
     if cuda:
-        providers += [TorchSDPAProvider(b) for b in ("cudnn", "flash", "efficient")]
+        providers += [TorchSDPAProvider(b) for b in default_sdpa_backends()]
     providers += [CompiledFunctionProvider(name) for name in COMPILED_FUNCTIONS]
     providers.append(PatchConvProvider())
     if cuda:

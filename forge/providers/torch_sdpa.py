@@ -17,20 +17,38 @@ from forge.functional import original_function
 from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value
 
-__all__ = ["TorchSDPAProvider"]
+__all__ = ["SDPA_BACKENDS", "TorchSDPAProvider", "default_sdpa_backends", "sdpa_backend_names"]
 
 logger = logging.getLogger(__name__)
 
-_ALIASES = {
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "flash_attention": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "efficient_attention": SDPBackend.EFFICIENT_ATTENTION,
-    "mem_efficient": SDPBackend.EFFICIENT_ATTENTION,
+# The one table of SDPA backend names; every other list is derived from it (`default_sdpa_backends` for
+# `default_providers`, the eval sources `sdpa-<name>` and so `kforge eval --source`). Its order is the order
+# `evals.sources.SDPASource()` (no backend given) tries them in: the first that accepts every call wins.
+SDPA_BACKENDS: dict[str, SDPBackend] = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "cudnn_attention": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
+# Other spellings accepted for the same backends (PyTorch's enum names, lower-case).
+_ALIASES = {
+    **SDPA_BACKENDS,
+    "flash_attention": SDPBackend.FLASH_ATTENTION,
+    "efficient_attention": SDPBackend.EFFICIENT_ATTENTION,
+    "mem_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn_attention": SDPBackend.CUDNN_ATTENTION,
+}
+
+
+def sdpa_backend_names() -> tuple[str, ...]:
+    """The backend names of `SDPA_BACKENDS`, in its order (cudnn, flash, efficient, math)."""
+    return tuple(SDPA_BACKENDS)
+
+
+def default_sdpa_backends() -> tuple[str, ...]:
+    """The backends `default_providers` offers on CUDA: the fused ones of `SDPA_BACKENDS`, in its order (math, the
+    unfused reference path, is left out)."""
+    return tuple(name for name, backend in SDPA_BACKENDS.items() if backend is not SDPBackend.MATH)
 
 
 def _resolve_backend(backend: SDPBackend | str) -> SDPBackend:
@@ -43,7 +61,7 @@ def _resolve_backend(backend: SDPBackend | str) -> SDPBackend:
         member = getattr(SDPBackend, backend.strip().upper(), None)
         if isinstance(member, SDPBackend):
             return member
-    choices = ", ".join(sorted({"flash", "efficient", "cudnn", "math"}))
+    choices = ", ".join(sorted(SDPA_BACKENDS))
     raise ValueError(f"unknown SDPA backend {backend!r}; use an SDPBackend member or one of: {choices}")
 
 

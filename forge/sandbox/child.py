@@ -7,7 +7,8 @@ parent), then serves the parent's requests on the inherited socket (`forge.sandb
 
 - `build` (module jobs): construct `ModelNew(*get_init_inputs())` under the parent's seed, exactly as the parent
   builds `Model` (`forge.judging.modules.ModuleSource`); later calls run its forward. A constructor that raises is
-  the candidate's compile error.
+  the candidate's compile error. Instance jobs (a live module of a user's model, `InstanceTarget`) build
+  `ModelNew(original)` from the pickled instance the parent wrote, and are then served like a function job.
 - `call`: run the candidate on the inputs the parent sent, with the parent's run plan (poison the allocator for the
   expected outputs, and when asked run under `PoisonFreshAllocations`); reply with the outputs as data, the input
   storages the call changed, which outputs alias an input of this call, and which output storages the candidate
@@ -149,11 +150,17 @@ class _Job:
     problem: Any = None
     seeds: list[int] = dataclasses.field(default_factory=list)
     dtype: Any = None
+    instance: Any = None  # instance jobs: the original module, ModelNew's constructor argument
+
+    @property
+    def builds(self) -> bool:
+        """Whether the candidate is a `ModelNew` class the parent asks to `build` before any call."""
+        return self.kind in ("module", "instance")
 
     @property
     def entry_point(self) -> str | None:
         """What the candidate file must define: the language's entry function, or `ModelNew` for modules."""
-        return "ModelNew" if self.kind == "module" else None
+        return "ModelNew" if self.builds else None
 
 
 def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
@@ -175,9 +182,13 @@ def _load_job(folder: Path, job: dict[str, Any]) -> _Job:
         loaded.problem = ModuleSource(inputs["problem_source"], name=inputs.get("problem_name") or "problem")
         loaded.seeds, loaded.dtype = list(inputs["seeds"]), inputs.get("dtype")
     else:
-        from forge.functional import original_function
+        if loaded.kind == "instance":  # unpickled before any candidate code runs: the class is the library's
+            loaded.instance = inputs["instance"]
+            loaded.reference = loaded.instance
+        else:
+            from forge.functional import original_function
 
-        loaded.reference = original_function(job["function_name"])
+            loaded.reference = original_function(job["function_name"])
         loaded.samples = [Sample(tuple(a), dict(k)).clone(device=device) for a, k in inputs["samples"]]
         loaded.counts = inputs.get("counts")
     return loaded
@@ -245,7 +256,7 @@ class _Server:
 
         self.job, self.sock = job, sock
         self.loaded = loaded
-        self.entry: Callable[..., Any] | None = loaded if job.kind != "module" else None
+        self.entry: Callable[..., Any] | None = None if job.builds else loaded
         self.weakref = StorageWeakRef
         self.kept: dict[int, Any] = {}  # token -> weak reference to an output storage sent earlier
         self.held: dict[int, Any] = {}  # input token -> the tensor standing for that parent tensor
@@ -394,6 +405,8 @@ class _Server:
         from forge.outcome import candidate_code
 
         with candidate_code():
+            if self.job.kind == "instance":
+                return self.loaded(self.job.instance)
             return self.job.problem.build(self.loaded, self.job.device, seed, dtype=self.job.dtype)
 
     def build(self, seed: int) -> dict[str, Any]:

@@ -375,10 +375,12 @@ def run_session(sock: socket.socket, *, target: Any, utils: Any, device: str, be
         return SessionResult(None, lost="the child did not report its import")
 
     proxy = SandboxCandidate(sock, device, max_bytes, clock)
-    proxy.module_kernel = target.kind == "module"
+    proxy.module_kernel = target.kind in ("module", "instance")
     start = time.perf_counter()
     if target.kind == "module":
         verdict = _module_verdict(utils, target, proxy)
+    elif target.kind == "instance":
+        verdict = _instance_verdict(utils, target, proxy)
     else:
         verdict = _validation_verdict(utils, target.reference_fn, proxy, target.samples)
     phase_s["validate"] = time.perf_counter() - start
@@ -418,6 +420,22 @@ def _lost_or_limit(proxy: SandboxCandidate, phase_s: dict[str, float]) -> Sessio
                                  "candidate's fault",
                       "details": {"phase": "validation", "harness_limit": limit.value}}, phase_s)
     return SessionResult(None, lost=proxy.lost, phase_s=phase_s)
+
+
+def _instance_verdict(utils: Any, target: Any, proxy: SandboxCandidate) -> dict[str, Any] | None:
+    """A live module (`InstanceTarget`): the child builds `ModelNew(original)` from its copy of the instance, then
+    the oracle checks its forward on the samples like a function kernel's, against the instance here."""
+    try:
+        proxy.build(0)
+    except (SandboxChildLost, SandboxLimitReached):
+        return None
+    except Exception as exc:  # noqa: BLE001 - the constructor raised (CandidateRaised)
+        failure = proxy.first_failure or {"status": Outcome.COMPILE_ERROR.value,
+                                          "message": f"building ModelNew raised {type(exc).__name__}: {exc}",
+                                          "details": {"phase": "build"}}
+        failure["details"].setdefault("errors", [failure["message"]])
+        return failure
+    return _validation_verdict(utils, target.reference_fn, proxy, target.samples)
 
 
 def _module_verdict(utils: Any, target: Any, proxy: SandboxCandidate) -> dict[str, Any] | None:
@@ -553,7 +571,7 @@ def _benchmark(sock: socket.socket, verdict: dict[str, Any], target: Any) -> dic
             verdict["details"][key] = details[key]
     verdict["details"]["timing_source"] = TIMING_SOURCE
     speed = ""
-    baseline = "Model" if target.kind == "module" else "PyTorch"
+    baseline = {"module": "Model", "instance": "the original forward"}.get(target.kind, "PyTorch")
     if verdict["baseline_ms"]:
         speed = (f"; {verdict['latency_ms']['median_ms']:.4g} ms vs {baseline} "
                  f"{verdict['baseline_ms']['median_ms']:.4g} ms (timed in the sandbox: feedback only)")

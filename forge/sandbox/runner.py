@@ -46,12 +46,14 @@ from forge.checking.kernel_utils import KernelUtils
 from forge.judging.language import language_ref
 from forge.judging.targets import FunctionTarget, ModuleTarget
 from forge.judging.verdict import HarnessLimit, Verdict
+from forge.outcome import HarnessError
 from forge.samples import Sample, TensorSpec, clone_value, iter_leaves, iter_tensors, map_values
 from forge.sandbox import protocol
 from forge.sandbox.environment import child_environment, scratch_folder
 from forge.sandbox.harness import ChildClock, SessionResult, run_session
 from forge.sandbox.isolation import Isolation, IsolationLevel, bwrap_command, resolve_isolation
 from forge.sandbox.options import SandboxOptions
+from forge.text import clip
 
 __all__ = ["OUTPUT_LIMIT_CHARS", "ProcessRegistry", "case_bytes", "kill_all", "live_process_groups", "run_candidate",
            "screen_candidate"]
@@ -206,7 +208,7 @@ def run_candidate(
     try:
         source_file = protocol.CANDIDATE_STEM + language.file_suffix
         (folder / source_file).write_text(source, encoding="utf-8")
-        torch.save(_child_inputs(target, device, kernel_utils), folder / protocol.INPUTS_FILE)
+        _save_inputs(_child_inputs(target, device, kernel_utils), folder / protocol.INPUTS_FILE, target)
         job = {
             "kind": target.kind,
             "function_name": getattr(target, "function", None),
@@ -273,7 +275,7 @@ def run_candidate(
 
 def screen_candidate(language: Any, source: str, target: FunctionTarget | ModuleTarget) -> list[Any]:
     """The language's static screen for this kind of candidate (a kernel file or a `ModelNew` file)."""
-    if target.kind == "module":
+    if target.kind in ("module", "instance"):
         return list(language.screen_module(source))
     return list(language.screen(source, target.function))
 
@@ -333,9 +335,24 @@ def _child_inputs(target: FunctionTarget | ModuleTarget, device: str, kernel_uti
     if target.kind == "module":
         return {"problem_source": target.source.source, "problem_name": target.source.name,
                 "seeds": list(target.seeds), "dtype": target.dtype, "kernel_utils": settings}
-    return {"samples": [(clone_value(tuple(s.args), device="cpu"), clone_value(dict(s.kwargs), device="cpu"))
-                        for s in target.samples],
-            "counts": list(target.counts) if target.counts is not None else None, "kernel_utils": settings}
+    inputs = {"samples": [(clone_value(tuple(s.args), device="cpu"), clone_value(dict(s.kwargs), device="cpu"))
+                          for s in target.samples],
+              "counts": list(target.counts) if target.counts is not None else None, "kernel_utils": settings}
+    if target.kind == "instance":  # the original instance, for ModelNew(original); torch.save pickles it
+        inputs["instance"] = target.module
+    return inputs
+
+
+def _save_inputs(inputs: dict[str, Any], path: Path, target: FunctionTarget | ModuleTarget) -> None:
+    """`torch.save` of what the child loads; an instance that cannot be pickled is the harness's limit, named."""
+    try:
+        torch.save(inputs, path)
+    except Exception as exc:  # noqa: BLE001 - e.g. a module holding a lock, a lambda or a class in __main__
+        if target.kind != "instance":
+            raise
+        raise HarnessError(f"cannot send {target.function} to the sandbox child: torch.save of the instance failed "
+                           f"({type(exc).__name__}: {clip(str(exc), 200)}); its class must be importable by name and "
+                           "its attributes picklable") from exc
 
 
 def _child_argv(iso: Isolation, folder: Path, scratch: Path, shared: list[Path], channel_fd: int,

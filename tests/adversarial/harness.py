@@ -359,9 +359,12 @@ def _worker(name: str, device: str, timing: str, scale: int) -> Outcome:
     quick = timing == "quick"
     # CI: the sandbox's timing is feedback for the model only, and the end-to-end check times the model
     judge_options = JudgeOptions(SandboxOptions(timeout_s=240.0), max_concurrent=1, benchmark=not quick)
-    generator = _generator_class()(config, client=_scripted_client(config, _reply_text(e.source)), candidates=1,
-                                   attempts=1, optimize_rounds=0, functions=[e.function], kernel_utils=utils,
-                                   artifacts_dir=cache / "runs", use_cache=False, judge_options=judge_options)
+    from agent.generator import GeneratorOptions
+
+    options = GeneratorOptions(candidates=1, attempts=1, optimize_rounds=0, functions=(e.function,),
+                               artifacts_dir=cache / "runs", use_cache=False)
+    generator = _generator_class()(config, options, client=_scripted_client(config, _reply_text(e.source)),
+                                   kernel_utils=utils, judge_options=judge_options)
     optimizer = KernelOptimizer(kernel_generators=[generator], kernel_utils=utils, judge=generator.judge,
                                 generator_min_time_share_percent=0.0, generation_timeout=300.0,
                                 end_to_end_check=not quick)

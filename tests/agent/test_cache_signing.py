@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
+from agent import GeneratedKernelProvider, GeneratorOptions, LLMConfig, LLMKernelGenerator
 from agent.cache import KernelCache
 from agent.languages import get_language
 from forge.checking import KernelUtils
@@ -39,8 +39,8 @@ def _samples() -> list[Sample]:
 def _generator(server: ScriptedLLMServer, tmp_path: Path) -> LLMKernelGenerator:
     config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test",
                        cache_dir=tmp_path / "cache", max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05)
-    return LLMKernelGenerator(config, candidates=1, attempts=2, optimize_rounds=0, kernel_utils=QUICK,
-                              artifacts_dir=tmp_path / "runs",
+    return LLMKernelGenerator(config, GeneratorOptions(candidates=1, attempts=2, optimize_rounds=0,
+                                                       artifacts_dir=tmp_path / "runs"), kernel_utils=QUICK,
                               judge_options=JudgeOptions(SandboxOptions(timeout_s=120.0), max_concurrent=2))
 
 

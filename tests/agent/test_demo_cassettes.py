@@ -10,7 +10,7 @@ import pytest
 
 from agent.cli_support import _demo_cassette_config, first_turn_requests
 from agent.demo_cassettes import CASSETTE_DIR, demo_cassette, device_slug
-from agent.generator import LLMKernelGenerator
+from agent.generator import GeneratorOptions, LLMKernelGenerator
 from agent.llm import LLMConfig
 from forge.demos import get_demo
 from forge.profiler import ModuleFunctionKernelProfiler
@@ -21,23 +21,24 @@ def test_every_demo_ships_a_cpu_cassette_and_the_h200_ones_exist() -> None:
     assert "demo-llama-cpu.jsonl" in names
     assert {"demo-llama-nvidia-h200.jsonl", "demo-unet-nvidia-h200.jsonl"} <= set(names)
     assert device_slug("cpu") == "cpu"
-    shipped = demo_cassette("llama", "cpu")
+    shipped = demo_cassette("llama", "cpu", language="triton")
     assert shipped is not None and shipped.model == "frontier-standin"
     assert set(shipped.functions) == {"rms_norm", "silu", "softmax"}
-    assert demo_cassette("no-such-demo", "cpu") is None
+    assert demo_cassette("no-such-demo", "cpu", language="triton") is None
 
 
 def test_the_cpu_cassette_matches_what_the_generator_renders_today() -> None:
     """A prompt-template change would make every replay miss: re-record the cassettes when this fails
-    (benchmarks/render_demo_prompts.py renders them, a stand-in model answers)."""
-    shipped = demo_cassette("llama", "cpu")
+    (`agent.demo_prompts` renders them, a stand-in model answers)."""
+    shipped = demo_cassette("llama", "cpu", language="triton")
     recorded = {}
     for line in shipped.path.read_text().splitlines():
         entry = json.loads(line)
         recorded[entry["tag"]] = entry["request"]
     demo = get_demo("llama")
     model, data = demo.model("cpu"), demo.inputs("cpu")
-    generator = LLMKernelGenerator(LLMConfig(model=shipped.model), functions=list(recorded), use_cache=False)
+    generator = LLMKernelGenerator(LLMConfig(model=shipped.model),
+                                   GeneratorOptions(functions=tuple(recorded), use_cache=False))
     profile = ModuleFunctionKernelProfiler(set(recorded)).profile(model, data)
     rendered = {r["function"]: r["request"] for r in first_turn_requests(generator, profile, list(recorded))}
     assert rendered.keys() == recorded.keys()
@@ -47,18 +48,15 @@ def test_the_cpu_cassette_matches_what_the_generator_renders_today() -> None:
 
 def test_cuda_cassettes_are_found_by_language_and_match_what_the_generator_renders_today() -> None:
     """`demo-<name>-<device>-cuda.jsonl` holds CUDA conversations (issue 12: the H200 cassette run); rendered here
-    for the H200 from meta tensors, as `benchmarks/render_demo_prompts.py` does, they must still be byte-identical."""
-    import sys
-
-    sys.path.insert(0, str(CASSETTE_DIR.parents[1]))
-    from benchmarks.render_demo_prompts import render
+    for the H200 from meta tensors by `agent.demo_prompts.render`, they must still be byte-identical."""
+    from agent.demo_prompts import recorded_requests, render
 
     for demo, function in (("llama", "rms_norm"), ("unet", "group_norm")):
         triton = CASSETTE_DIR / f"demo-{demo}-nvidia-h200.jsonl"
         cuda = CASSETTE_DIR / f"demo-{demo}-nvidia-h200-cuda.jsonl"
         assert cuda.is_file() and triton.is_file()
         assert demo_cassette(demo, "cpu", language="cuda") is None
-        recorded = {json.loads(line)["tag"]: json.loads(line)["request"] for line in cuda.read_text().splitlines()}
+        recorded = recorded_requests(cuda)
         assert list(recorded) == [function]
         rendered = render(demo, [function], "cuda", "NVIDIA H200", (9, 0), "frontier-standin", "cuda")
         assert rendered[0]["request"] == recorded[function], f"the CUDA {function} prompt changed since recording"
@@ -70,7 +68,7 @@ def test_the_demo_replays_the_cassette_of_its_first_language(monkeypatch) -> Non
 
     seen = []
 
-    def fake(demo, device, folder=CASSETTE_DIR, language="triton"):
+    def fake(demo, device, folder=CASSETTE_DIR, *, language):
         seen.append(language)
         return None
 
@@ -91,7 +89,7 @@ def test_demo_without_an_endpoint_replays_its_cassette_one_turn_per_function(cap
     args = _args()
     config = _demo_cassette_config(args, LLMConfig())
     assert config.is_configured and config.cassette_mode == "replay" and config.model == "frontier-standin"
-    assert config.cassette == demo_cassette("llama", "cpu").path
+    assert config.cassette == demo_cassette("llama", "cpu", language="triton").path
     assert (args.candidates, args.attempts, args.optimize_rounds, args.generator_threshold) == (1, 1, 0, 0.0)
     assert set(args.generate_functions.split(",")) == {"rms_norm", "silu", "softmax"}
     assert "replaying the demo's recorded generator conversations" in capsys.readouterr().out
@@ -132,3 +130,19 @@ def test_the_readme_demo_runs_the_agent_loop_from_its_cassette_on_cpu(tmp_path) 
         assert any(status in rows[0] for status in ("slower", "selected", "not significant")), rows[0]
     assert "Traceback" not in done.stderr
     assert (tmp_path / "demo.plan.json").is_file()
+
+
+def test_cassette_lines_pair_each_request_with_its_reply_and_name_the_missing(tmp_path) -> None:
+    from agent.demo_prompts import cassette_lines, recorded_requests
+
+    request = {"model": "frontier-standin", "messages": [{"role": "user", "content": "x" * 400}]}
+    (tmp_path / "h200_silu.md").write_text("```python\npass\n```\n")
+    lines, missing = cassette_lines([{"function": "silu", "request": request},
+                                     {"function": "softmax", "request": request}], tmp_path, "h200")
+    assert missing == ["softmax"]
+    (entry,) = [json.loads(line) for line in lines]
+    assert entry["tag"] == "silu" and entry["request"] == request
+    assert entry["response"]["usage"]["prompt_tokens"] == 100 and entry["response"]["text"].endswith("```\n")
+    cassette = tmp_path / "cassette.jsonl"
+    cassette.write_text("\n".join(lines) + "\n")
+    assert recorded_requests(cassette) == {"silu": request}

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agent import GeneratedKernelProvider, LLMConfig, LLMKernelGenerator
+from agent import GeneratedKernelProvider, GeneratorOptions, LLMConfig, LLMKernelGenerator
 from forge.checking import KernelUtils
 from forge.demo import demo_inputs, demo_model
 from forge.judging import JudgeOptions
@@ -40,10 +40,13 @@ def _generator(server: ScriptedLLMServer, tmp_path, **kwargs) -> LLMKernelGenera
                        max_retries=2, retry_initial_wait_s=0.01, retry_max_wait_s=0.05,
                        input_price_per_mtok=1.0, output_price_per_mtok=2.0, **kwargs.pop("config", {}))
     sandbox = SandboxOptions(timeout_s=kwargs.pop("sandbox_timeout_s", 120.0), **kwargs.pop("sandbox", {}))
-    options = {"candidates": 1, "attempts": 4, "optimize_rounds": 0, "kernel_utils": QUICK,
-               "artifacts_dir": tmp_path / "runs", "judge_options": JudgeOptions(sandbox, max_concurrent=2)}
-    options.update(kwargs)
-    return LLMKernelGenerator(config, **options)
+    collaborators = {"kernel_utils": kwargs.pop("kernel_utils", QUICK),
+                     "judge_options": kwargs.pop("judge_options", JudgeOptions(sandbox, max_concurrent=2))}
+    if "functions" in kwargs:
+        kwargs["functions"] = tuple(kwargs["functions"])
+    options = GeneratorOptions(**{"candidates": 1, "attempts": 4, "optimize_rounds": 0,
+                                  "artifacts_dir": tmp_path / "runs", **kwargs})
+    return LLMKernelGenerator(config, options, **collaborators)
 
 
 def _silu_samples() -> list[Sample]:
@@ -137,7 +140,7 @@ def test_hanging_kernel_times_out_and_the_loop_goes_on(scripted_llm, tmp_path) -
 
 def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
     generator = LLMKernelGenerator(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path),
-                                   functions=["silu"])
+                                   GeneratorOptions(functions=("silu",)))
     assert generator.supports_functions() == ["silu"]
     assert not generator.prepare("relu", _silu_samples())
     assert not generator.prepare("silu", [Sample((torch.randn(2, 2, device="meta"),), {})])
@@ -145,20 +148,21 @@ def test_prepare_refuses_what_it_cannot_handle(tmp_path) -> None:
     assert "dropout" not in LLMKernelGenerator(LLMConfig(model="m", base_url="http://x", cache_dir=tmp_path)) \
         .supports_functions()
     with pytest.raises(ValueError, match="unknown torch.nn.functional"):
-        LLMKernelGenerator(LLMConfig(model="m", base_url="http://x"), functions=["not_a_function"])
+        GeneratorOptions(functions=("not_a_function",))
 
 
 def test_a_generator_holds_several_languages_and_uses_those_that_fit_the_device(tmp_path) -> None:
     """CUDA C++ kernels need a CUDA device: on CPU samples a CUDA-only generator declines, a Triton + CUDA one
     writes Triton only (each conversation would otherwise alternate languages)."""
     config = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path)
-    both = LLMKernelGenerator(config, functions=["silu"], language=["triton", "cuda"])
+    both = LLMKernelGenerator(config, GeneratorOptions(functions=("silu",), languages=("triton", "cuda")))
     assert [language.name for language in both.languages] == ["triton", "cuda"]
     assert both.prepare("silu", _silu_samples())
     assert [language.name for language in both._usable_languages(_silu_samples())] == ["triton"]
-    assert not LLMKernelGenerator(config, functions=["silu"], language="cuda").prepare("silu", _silu_samples())
+    assert not LLMKernelGenerator(config, GeneratorOptions(functions=("silu",), languages=("cuda",))).prepare(
+        "silu", _silu_samples())
     with pytest.raises(ValueError, match="unknown kernel language"):
-        LLMKernelGenerator(config, language=["triton", "fortran"])
+        GeneratorOptions(languages=("triton", "fortran"))
 
 
 def test_prepare_refuses_before_any_llm_call_when_the_sandbox_boundary_is_missing(tmp_path, monkeypatch) -> None:
@@ -171,7 +175,7 @@ def test_prepare_refuses_before_any_llm_call_when_the_sandbox_boundary_is_missin
 
     monkeypatch.setattr(pool_module, "resolve_isolation", unavailable)
     generator = LLMKernelGenerator(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=tmp_path),
-                                   functions=["silu"])
+                                   GeneratorOptions(functions=("silu",)))
     with pytest.raises(SandboxUnavailableError, match="boundary is unavailable"):
         generator.prepare("silu", _silu_samples())
 
@@ -189,7 +193,8 @@ def test_replay_from_cassette_with_the_server_down(tmp_path) -> None:
     replay = LLMKernelGenerator(
         LLMConfig(model="scripted-model", base_url="http://127.0.0.1:9/v1", cassette=cassette,
                   cassette_mode="replay", cache_dir=tmp_path / "cache2"),
-        candidates=1, attempts=4, optimize_rounds=0, kernel_utils=QUICK, artifacts_dir=tmp_path / "runs2",
+        GeneratorOptions(candidates=1, attempts=4, optimize_rounds=0, artifacts_dir=tmp_path / "runs2"),
+        kernel_utils=QUICK,
     )
     replayed = replay.submit("silu", _silu_samples()).result(timeout=300)
     assert replayed.succeeded
@@ -308,7 +313,7 @@ def test_a_module_problem_runs_in_the_same_loop_and_an_untimed_verdict_ends_it_a
                       reply(fenced(MLP_TRITON_WRONG)), reply(fenced(MLP_TRITON)))
     generator = _generator(scripted_llm, tmp_path, attempts=3, optimize_rounds=2,
                            judge_options=JudgeOptions(SandboxOptions(timeout_s=120), benchmark=False))
-    result = generator.generate_module(ModuleTask.from_source(MLP, name="LinearReLU"),
+    result = generator.generate_module(ModuleTask.from_source(MLP, name="LinearReLU", language="triton"),
                                        ModuleTarget(ModuleSource(MLP, "LinearReLU")))
     assert result.error is None and result.source.strip() == MLP_TRITON.strip()
     assert result.attempts == 3 and result.usage["calls"] == 3 and result.usage["prompt_tokens"] > 0
@@ -347,8 +352,9 @@ def test_cuda_candidates_are_built_into_the_sandbox_cache_before_the_sandbox_run
     cubins = tmp_path / "sandbox-cache" / "cuda" / "cubin"
 
     generator = LLMKernelGenerator(LLMConfig(model="unused", base_url="http://127.0.0.1:9", api_key="sk-test",
-                                             cache_dir=tmp_path / "cache"), language="cuda", use_cache=False,
-                                   artifacts_dir=tmp_path / "runs")
+                                             cache_dir=tmp_path / "cache"),
+                                   GeneratorOptions(languages=("cuda",), use_cache=False,
+                                                    artifacts_dir=tmp_path / "runs"))
     samples = [Sample((torch.randn(4, 64), (64,)), {})]
     task, counts = generator._task("rms_norm", samples, "cuda")
     problem = _FunctionProblem(generator, task, samples, counts)

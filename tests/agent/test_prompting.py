@@ -53,7 +53,7 @@ def _layer_norm_samples() -> list[tuple[int, Sample, float]]:
 
 @pytest.fixture
 def task() -> KernelTask:
-    return KernelTask.from_samples("layer_norm", _layer_norm_samples())
+    return KernelTask.from_samples("layer_norm", _layer_norm_samples(), language="triton")
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def renderer() -> PromptRenderer:
 
 def _module_task() -> ModuleTask:
     source = (EXAMPLES_DIR / "module_example_reference.py").read_text()
-    return ModuleTask.from_source(source, name="scaled_leaky_relu", dtype=torch.bfloat16)
+    return ModuleTask.from_source(source, name="scaled_leaky_relu", dtype=torch.bfloat16, language="triton")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -80,33 +80,33 @@ def test_task_from_samples_fills_device_counts_and_shares(task):
 def test_task_accepts_plain_samples_pairs_and_explicit_shares():
     s1 = Sample((torch.randn(3),), {})
     s2 = Sample((torch.randn(5),), {})
-    task = KernelTask.from_samples("relu", [s1, (4, s2)], time_shares=[0.25, 0.75])
+    task = KernelTask.from_samples("relu", [s1, (4, s2)], time_shares=[0.25, 0.75], language="triton")
     assert [(e.count, e.time_share) for e in task.samples] == [(None, 0.25), (4, 0.75)]
-    direct = KernelTask("relu", [SampleEntry(s1, 2)], "NVIDIA H200", (9, 0))
+    direct = KernelTask("relu", [SampleEntry(s1, 2)], "NVIDIA H200", (9, 0), language="triton")
     assert direct.compute_capability == (9, 0)
 
 
 def test_task_rejects_bad_input():
     s = Sample((torch.randn(3),), {})
     with pytest.raises(ValueError, match="not a replaceable"):
-        KernelTask("not_a_function", [s])
+        KernelTask("not_a_function", [s], language="triton")
     with pytest.raises(ValueError, match="at least one sample"):
-        KernelTask("relu", [])
+        KernelTask("relu", [], language="triton")
     with pytest.raises(ValueError, match="time_share"):
-        KernelTask("relu", [(1, s, 30.0)])
+        KernelTask("relu", [(1, s, 30.0)], language="triton")
     with pytest.raises(ValueError, match="unsupported kernel language 'fortran'; registered languages: cuda, triton"):
         KernelTask("relu", [s], language="fortran")
     with pytest.raises(ValueError, match="one per sample"):
-        KernelTask.from_samples("relu", [s], time_shares=[0.5, 0.5])
+        KernelTask.from_samples("relu", [s], time_shares=[0.5, 0.5], language="triton")
     with pytest.raises(TypeError, match="Sample"):
-        KernelTask("relu", [torch.randn(3)])
+        KernelTask("relu", [torch.randn(3)], language="triton")
 
 
 def test_signature_key_depends_on_layouts_not_values():
-    a = KernelTask("relu", [Sample((torch.randn(4, 8),), {})])
-    b = KernelTask("relu", [Sample((torch.randn(4, 8),), {})])
-    c = KernelTask("relu", [Sample((torch.randn(4, 8).t(),), {})])
-    d = KernelTask("relu", [Sample((torch.randn(4, 8),), {})], "NVIDIA H200", (9, 0))
+    a = KernelTask("relu", [Sample((torch.randn(4, 8),), {})], language="triton")
+    b = KernelTask("relu", [Sample((torch.randn(4, 8),), {})], language="triton")
+    c = KernelTask("relu", [Sample((torch.randn(4, 8).t(),), {})], language="triton")
+    d = KernelTask("relu", [Sample((torch.randn(4, 8),), {})], "NVIDIA H200", (9, 0), language="triton")
     assert a.signature_key() == b.signature_key()
     assert len({a.signature_key(), c.signature_key(), d.signature_key()}) == 3
 
@@ -147,11 +147,11 @@ def test_generate_prompt_carries_every_signature_and_the_rules(task, renderer):
 def test_generate_warns_about_host_overhead_for_decode_sizes(renderer):
     decode = Sample((TensorSpec((2, 4096), torch.bfloat16), [4096], TensorSpec((4096,), torch.bfloat16)), {})
     prefill = Sample((TensorSpec((8192, 4096), torch.bfloat16), [4096], TensorSpec((4096,), torch.bfloat16)), {})
-    small = renderer.generate(KernelTask("rms_norm", [decode, prefill], "NVIDIA H200", (9, 0)))
+    small = renderer.generate(KernelTask("rms_norm", [decode, prefill], "NVIDIA H200", (9, 0), language="triton"))
     assert "Signature(s) 1 are tiny" in small
     assert "tiny: launch-bound" in small
     assert "compute capability 9.0 (sm_90)" in small
-    large = renderer.generate(KernelTask("rms_norm", [prefill], "NVIDIA H200", (9, 0)))
+    large = renderer.generate(KernelTask("rms_norm", [prefill], "NVIDIA H200", (9, 0), language="triton"))
     assert "are tiny" not in large
     for text in (small, large):
         assert "Host-side overhead" in text and ".contiguous()" in text
@@ -287,7 +287,7 @@ def test_worst_mismatches_orders_by_error_and_skips_matches():
 # ---------------------------------------------------------------------------------------------------------
 def test_optimize_prompt_carries_latency_baseline_roofline_and_launch_numbers(renderer):
     sample = Sample((TensorSpec((2, 4096), torch.bfloat16), [4096], TensorSpec((4096,), torch.bfloat16)), {})
-    task = KernelTask("rms_norm", [sample], "NVIDIA H200", (9, 0))
+    task = KernelTask("rms_norm", [sample], "NVIDIA H200", (9, 0), language="triton")
     roofline = estimate("rms_norm", task.sample_list, task.device_name)
     perf = Performance(latency_ms=0.0421, baseline_ms=0.0118, launch_overhead_us=5.2, roofline=roofline)
     code = "def kernel_function(input, normalized_shape, weight=None, eps=None):\n    pass\n"
@@ -322,8 +322,11 @@ def test_compute_bound_advice_is_in_the_task_language(renderer):
     roofline = estimate("linear", [Sample((a, b), {})], "NVIDIA H200")
     assert roofline.bound == "compute"
     perf = Performance(latency_ms=roofline.floor_ms / 0.3, baseline_ms=roofline.floor_ms / 0.5, roofline=roofline)
-    triton, cuda = perf.interpretation(calls=1), perf.interpretation(calls=1, language="cuda")
+    triton, cuda = perf.interpretation(calls=1, language="triton"), perf.interpretation(calls=1, language="cuda")
     assert any("compute-bound — use tl.dot" in n for n in triton) and not any("tl.dot" in n for n in cuda)
+    neutral = perf.interpretation(calls=1)  # no language: advice that names no language's tools
+    assert any("compute-bound — use the GPU's matrix units" in n for n in neutral)
+    assert not any("tl.dot" in n or "mma.h" in n for n in neutral)
     assert any("compute-bound — use tensor cores" in n and "mma.h" in n for n in cuda)
     task = KernelTask("linear", [Sample((a, b), {})], "NVIDIA H200", (9, 0), language="cuda")
     text = renderer.optimize(task, "def kernel_function(input, weight, bias=None):\n    pass\n", perf)
@@ -395,9 +398,9 @@ def test_override_of_the_performance_block_applies_to_both_optimize_prompts(tmp_
 
 def test_module_task_from_source_errors_are_clear():
     with pytest.raises(ValueError, match="class Model"):
-        ModuleTask.from_source("x = 1\n")
+        ModuleTask.from_source("x = 1\n", language="triton")
     with pytest.raises(ValueError, match="get_inputs"):
-        ModuleTask.from_source("class Model:\n    pass\n")
+        ModuleTask.from_source("class Model:\n    pass\n", language="triton")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -441,17 +444,17 @@ def test_missing_override_folder_is_a_clear_error(tmp_path):
 
 
 def test_template_hash_is_stable_and_tracks_overrides(tmp_path):
-    builtin = PromptRenderer().template_hash()
-    assert builtin == PromptRenderer().template_hash()
+    builtin = PromptRenderer().template_hash("triton")
+    assert builtin == PromptRenderer().template_hash("triton")
     assert len(builtin) == 64
-    assert PromptRenderer(tmp_path).template_hash() == builtin  # empty override folder: same templates
+    assert PromptRenderer(tmp_path).template_hash("triton") == builtin  # empty override folder: same templates
     (tmp_path / "fix.j2").write_text("v1 {{ task.function }}")
-    first = PromptRenderer(tmp_path).template_hash()
+    first = PromptRenderer(tmp_path).template_hash("triton")
     (tmp_path / "fix.j2").write_text("v2 {{ task.function }}")
-    second = PromptRenderer(tmp_path).template_hash()
+    second = PromptRenderer(tmp_path).template_hash("triton")
     assert len({builtin, first, second}) == 3
     (tmp_path / "triton_example.py").write_text("def kernel_function(x):\n    return x\n")
-    assert PromptRenderer(tmp_path).template_hash() != second
+    assert PromptRenderer(tmp_path).template_hash("triton") != second
 
 
 def test_example_override_is_used_in_the_prompt(tmp_path, task):
@@ -542,7 +545,7 @@ def test_optimize_prompt_compares_like_with_like(renderer):
     """Device time goes against the device roofline, host time against the host launch cost; under device timing
     there is no launch row at all (the issue: a kernel at 53% of the roofline was told host overhead dominates)."""
     big = Sample((TensorSpec((2048, 4096), torch.bfloat16),), {})
-    task = KernelTask("silu", [big], "NVIDIA H200", (9, 0))
+    task = KernelTask("silu", [big], "NVIDIA H200", (9, 0), language="triton")
     roofline = estimate("silu", task.sample_list, task.device_name)
     code = "def kernel_function(input, inplace=False):\n    pass\n"
     # Eager clock: host-inclusive 40 us, of which the device time is the roofline floor / 0.53.

@@ -140,7 +140,7 @@ def test_jit_wrapped_by_call_and_launched_through_a_variable_passes() -> None:
 
 def test_parameters_may_shadow_builtins_that_are_banned_elsewhere() -> None:
     source = with_body("input = input.contiguous()\ncompile = 1\nopen = compile + 1")
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_pytorch_fallbacks_and_aliases_are_refused(header: str, snippet: str, co
                                                    function_name: str) -> None:
     source = with_body(snippet, header)
     assert_refused(source, construct, function_name)
-    flagged_lines = {v.line for v in screen_source(source, function_name) if v.construct == construct}
+    flagged_lines = {v.line for v in screen_source(source, function_name, "triton") if v.construct == construct}
     written_lines = {line_of(source, text) for text in [*snippet.splitlines(), *header.splitlines()]}
     assert flagged_lines and flagged_lines <= written_lines
 
@@ -237,7 +237,7 @@ def test_aliasing_and_reflection_bypasses_are_refused(header: str, snippet: str,
 
 def test_attributes_of_allowed_values_are_judged_as_values() -> None:
     source = with_body("dt = torch.float32\nsize = dt.itemsize\nsigned = torch.float32.is_signed")
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 def test_modules_passed_as_values_are_refused() -> None:
@@ -362,7 +362,7 @@ def test_forbidden_names_inside_jit_kernels_are_refused_too() -> None:
 
 def test_every_violation_names_construct_and_line_and_renders() -> None:
     source = with_body("y = torch.relu(x)\nz = x.relu()", header="import os")
-    violations = screen_source(source, "relu")
+    violations = screen_source(source, "relu", "triton")
     assert {v.construct for v in violations} >= {"import os", "torch.relu", ".relu"}
     rendered = format_violations(violations)
     for v in violations:
@@ -375,7 +375,7 @@ def test_every_violation_names_construct_and_line_and_renders() -> None:
 # ---------------------------------------------------------------------------------------------------------
 def test_syntax_error_is_one_syntax_violation_with_the_parser_message() -> None:
     source = CLEAN.replace("def kernel_function(input, inplace=False):", "def kernel_function(input, inplace=False)")
-    violations = screen_source(source, "relu")
+    violations = screen_source(source, "relu", "triton")
     assert len(violations) == 1 and has_syntax_error(violations)
     assert violations[0].line == line_of(source, "def kernel_function(")
     assert "expected ':'" in violations[0].message
@@ -383,7 +383,7 @@ def test_syntax_error_is_one_syntax_violation_with_the_parser_message() -> None:
 
 def test_missing_kernel_function_is_refused() -> None:
     source = CLEAN.replace("def kernel_function(", "def run(")
-    violations = screen_source(source, "relu")
+    violations = screen_source(source, "relu", "triton")
     assert [(v.construct, v.kind) for v in violations] == [("kernel_function", "structure")]
     assert "def kernel_function" in violations[0].message
 
@@ -397,7 +397,7 @@ def test_nested_kernel_function_does_not_count() -> None:
 
 def test_no_jit_kernel_is_refused() -> None:
     source = CLEAN.replace("@triton.jit\n", "")
-    violations = screen_source(source, "relu")
+    violations = screen_source(source, "relu", "triton")
     assert ("@triton.jit", "structure") in [(v.construct, v.kind) for v in violations]
 
 
@@ -405,11 +405,11 @@ def test_a_wrapper_that_launches_nothing_by_name_is_left_to_the_run_time_check()
     # Formerly refused by name ("never launches a @triton.jit kernel"); the run-time launch check refuses it when it
     # runs (tests/agent/test_launch_check.py), so screening only keeps its construct bans.
     source = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "    y.zero_()\n")
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
     moved = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "") + (
         "\n\ndef unused(x, y):\n    _relu_kernel[(1,)](x, y, 1, BLOCK=128)\n"
     )
-    assert screen_source(moved, "relu") == []
+    assert screen_source(moved, "relu", "triton") == []
 
 
 def test_the_construct_bans_still_hold_without_the_launch_rule() -> None:
@@ -421,7 +421,7 @@ def test_launch_through_a_helper_counts() -> None:
     source = CLEAN.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "    _go(x, y, n, grid)\n") + (
         "\n\ndef _go(x, y, n, grid):\n    _relu_kernel[grid](x, y, n, BLOCK=128)\n"
     )
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -577,7 +577,7 @@ def test_allowed_attributes_names_and_self_pass() -> None:
         assert type(sizes) is list
         """
     )
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 def test_a_per_shape_kernel_cache_passes() -> None:
@@ -599,7 +599,7 @@ def test_a_per_shape_kernel_cache_passes() -> None:
     source = source.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n",
                             "    kern, grid, meta = _config(x)\n    kern[grid](x, y, n, **meta)\n")
     assert "kern[grid]" in source
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 def test_a_kernel_returned_by_a_helper_and_launched_at_once_passes() -> None:
@@ -607,7 +607,7 @@ def test_a_kernel_returned_by_a_helper_and_launched_at_once_passes() -> None:
     source = CLEAN.replace("def kernel_function(input, inplace=False):",
                            "def _pick(x):\n    return _relu_kernel\n\n\ndef kernel_function(input, inplace=False):")
     source = source.replace("    _relu_kernel[grid](x, y, n, BLOCK=128)\n", "    _pick(x)[grid](x, y, n, BLOCK=128)\n")
-    assert screen_source(source, "relu") == []
+    assert screen_source(source, "relu", "triton") == []
 
 
 def _honest_corpus() -> list[tuple[str, str, str]]:

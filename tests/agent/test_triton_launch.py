@@ -376,6 +376,19 @@ def test_language_load_without_the_cache_when_switched_off(tmp_path: Path, monke
     assert cached_launchers(sys.modules[name]) == {}
 
 
+def test_the_launch_cache_switch_is_a_flag_and_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.languages.triton.launch import launch_cache_enabled
+    from forge.errors import SettingError
+
+    monkeypatch.delenv("KFORGE_TRITON_LAUNCH_CACHE", raising=False)
+    assert launch_cache_enabled()
+    monkeypatch.setenv("KFORGE_TRITON_LAUNCH_CACHE", "Off")
+    assert not launch_cache_enabled()
+    monkeypatch.setenv("KFORGE_TRITON_LAUNCH_CACHE", "sometimes")
+    with pytest.raises(SettingError, match="KFORGE_TRITON_LAUNCH_CACHE='sometimes' is not a flag"):
+        launch_cache_enabled()
+
+
 # -- the run-time launch check ------------------------------------------------------------------------------------
 def test_cache_hits_count_as_launches_for_the_launch_check(kernels: Any) -> None:
     recorder, runtime = Recorder(), FakeRuntime()

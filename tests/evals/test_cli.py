@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from evals.cli import build_source, default_out_dir, summary_table
+from evals import EvalOptions
+from evals.cli import build_source, default_out_dir, eval_options, summary_table
+from forge.checking import KernelUtils
 from kforge.cli import build_parser, main
 
 
@@ -23,6 +25,10 @@ def test_eval_arguments_parse_with_defaults() -> None:
                   "--quick", "--timeout", "30")
     assert args.source == "sdpa-flash" and args.samples == 4 and args.workers == 0 and args.resume
     assert args.shard == "1/4" and args.backend == "ray" and args.problems == ["a", "b", "c"] and args.timeout == 30
+    assert eval_options(args) == EvalOptions(
+        samples_per_problem=4, problem_ids=("a", "b", "c"), shard="1/4", device="cuda:1", workers=0, backend="ray",
+        timeout_s=30.0, kernel_utils=KernelUtils(), quick=True, resume=True)
+    assert eval_options(_parse("smoke", "--no-plots")).device is None  # auto: run_eval picks CUDA when available
     args = _parse("smoke", "--replay", "c.jsonl", "--model", "m", "--candidates", "1", "--optimize-rounds", "0")
     assert args.replay == "c.jsonl" and args.record is None and args.candidates == 1 and args.optimize_rounds == 0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evals import run_eval
+from evals import EvalOptions, run_eval
 from forge.checking import KernelUtils
 
 pytestmark = [
@@ -17,8 +17,9 @@ pytestmark = [
 
 @pytest.mark.parametrize("timing", ["eager", "device"])
 def test_cuda_graphs_baseline_only_with_the_host_inclusive_clock(tmp_path, timing: str) -> None:
-    frame = run_eval("smoke", "compile", out_dir=tmp_path / "run", device="cuda", quick=True, progress=False,
-                     plots=False, workers=0, kernel_utils=KernelUtils(timing=timing))
+    frame = run_eval("smoke", "compile", out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cuda", quick=True, progress=False, plots=False, workers=0,
+                                         kernel_utils=KernelUtils(timing=timing)))
     assert frame["correct"].all(), frame[["problem_id", "failure_reason"]]
     if timing == "eager":
         assert (frame["cuda_graphs_ms"] > 0).all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evals import load_suite
-from evals.runner import run_eval
+from evals.runner import EvalOptions, run_eval
 from evals.sources import CompileSource
 from tests.evals.test_runner import ScriptedSource
 
@@ -25,8 +25,8 @@ def local_ray():
 def test_problems_run_as_ray_tasks_and_a_crashed_task_is_recorded(local_ray, tmp_path) -> None:
     problems = [p for p in load_suite("smoke") if p.id in {"smoke.relu", "smoke.silu", "smoke.softmax"}]
     behaviours = {"smoke.silu": "segfault", "smoke.softmax": "wrong"}
-    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=tmp_path / "run", device="cpu", backend="ray",
-                     quick=True, progress=False, plots=False)
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", backend="ray", quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert bool(rows.loc["smoke.relu", "correct"]), rows.loc["smoke.relu", "failure_reason"]
     assert rows.loc["smoke.silu", "failure_reason"].startswith("crash: ray worker died")
@@ -37,8 +37,8 @@ def test_problems_run_as_ray_tasks_and_a_crashed_task_is_recorded(local_ray, tmp
 
 def test_compile_source_through_ray(local_ray, tmp_path) -> None:
     problems = [p for p in load_suite("smoke") if p.id == "smoke.rms_norm"]
-    frame = run_eval(problems, CompileSource(), out_dir=tmp_path / "run", device="cpu", backend="ray", quick=True,
-                     progress=False, plots=False)
+    frame = run_eval(problems, CompileSource(), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", backend="ray", quick=True, progress=False, plots=False))
     assert bool(frame.loc[0, "correct"]) and frame.loc[0, "latency_ms"] > 0
 
 

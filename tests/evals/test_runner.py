@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from evals import ResultsStore, load_kernelbench_folder, load_suite, summarize
-from evals.runner import QUICK_KERNEL_UTILS, run_eval, select_problems
+from evals.runner import QUICK_KERNEL_UTILS, EvalOptions, run_eval, select_problems
 from evals.sources import Candidate, CompileSource, EvalSource, Failure, SDPASource, source_from_name
 from evals.workers import WorkItem, group_work, plan_workers
+from forge.checking import KernelUtils
 from forge.functional import original_function
 
 QUICK = QUICK_KERNEL_UTILS
@@ -100,7 +101,7 @@ def _records(out: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------
 def test_compile_source_over_the_smoke_suite_writes_records_and_a_consistent_report(tmp_path) -> None:
     out = tmp_path / "run"
-    frame = run_eval("smoke", "compile", out_dir=out, device="cpu", quick=True, progress=False)
+    frame = run_eval("smoke", "compile", out_dir=out, options=EvalOptions(device="cpu", quick=True, progress=False))
 
     problems = load_suite("smoke")
     assert sorted(frame["problem_id"]) == sorted(p.id for p in problems)
@@ -138,13 +139,14 @@ def test_compile_source_over_the_smoke_suite_writes_records_and_a_consistent_rep
 
 def test_a_second_run_into_the_same_folder_needs_resume(tmp_path) -> None:
     out = tmp_path / "run"
-    run_eval(_smoke("smoke.relu"), ScriptedSource({"smoke.relu": "wrong"}), out_dir=out, device="cpu",
-             workers=0, quick=True, progress=False, plots=False)
+    run_eval(_smoke("smoke.relu"), ScriptedSource({"smoke.relu": "wrong"}), out_dir=out,
+             options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     with pytest.raises(FileExistsError, match="resume"):
-        run_eval(_smoke("smoke.relu"), ScriptedSource(), out_dir=out, device="cpu", workers=0, progress=False)
+        run_eval(_smoke("smoke.relu"), ScriptedSource(), out_dir=out,
+                 options=EvalOptions(device="cpu", workers=0, progress=False))
     with pytest.raises(ValueError, match="source 'scripted'"):
-        run_eval(_smoke("smoke.relu"), "compile", out_dir=out, device="cpu", workers=0, resume=True,
-                 progress=False)
+        run_eval(_smoke("smoke.relu"), "compile", out_dir=out,
+                 options=EvalOptions(device="cpu", workers=0, resume=True, progress=False))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -152,8 +154,9 @@ def test_a_second_run_into_the_same_folder_needs_resume(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------------------
 def test_wrong_raising_and_unsupported_candidates_are_classified(tmp_path) -> None:
     behaviours = {"smoke.relu": "wrong", "smoke.silu": "raise", "smoke.softmax": "unsupported"}
-    frame = run_eval(_smoke("smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"), ScriptedSource(behaviours),
-                     out_dir=tmp_path / "run", device="cpu", workers=0, quick=True, progress=False, plots=False)
+    frame = run_eval(_smoke("smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"),
+                     ScriptedSource(behaviours), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows.loc["smoke.relu", "failure_reason"].startswith("incorrect: ")
     assert "max abs" in rows.loc["smoke.relu", "failure_reason"] or "mismatch" in rows.loc["smoke.relu",
@@ -173,8 +176,8 @@ def test_a_candidate_that_kills_its_worker_is_recorded_as_a_crash_and_the_run_go
     problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
     behaviours = {"smoke.relu": "wrong", "smoke.silu": "segfault", "smoke.softmax": "wrong"}
     out = tmp_path / "run"
-    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out, device="cpu", workers=1, quick=True,
-                     progress=False, plots=False)
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out,
+                     options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows.loc["smoke.silu", "failure_reason"] == "crash: worker died with signal SIGSEGV"
     assert rows.loc["smoke.relu", "failure_reason"].startswith("incorrect")
@@ -187,8 +190,8 @@ def test_a_candidate_that_kills_its_worker_is_recorded_as_a_crash_and_the_run_go
 def test_a_cuda_fault_makes_the_worker_exit_and_a_fresh_one_continue(tmp_path) -> None:
     problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
     behaviours = {"smoke.relu": "wrong", "smoke.silu": "cuda_error", "smoke.softmax": "wrong"}
-    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=tmp_path / "run", device="cpu", workers=1,
-                     quick=True, progress=False, plots=False)
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows.loc["smoke.silu", "failure_reason"].startswith("cuda_error: ")
     assert "illegal memory access" in rows.loc["smoke.silu", "failure_reason"]
@@ -201,8 +204,9 @@ def test_a_cuda_fault_makes_the_worker_exit_and_a_fresh_one_continue(tmp_path) -
 def test_a_hanging_sample_is_recorded_as_a_timeout(tmp_path) -> None:
     problems = _smoke("smoke.relu", "smoke.silu")
     frame = run_eval(problems, ScriptedSource({"smoke.relu": "hang", "smoke.silu": "wrong"}),
-                     out_dir=tmp_path / "run", device="cpu", workers=1, quick=True, progress=False, plots=False,
-                     timeout_s=4.0)
+                     out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False,
+                                         timeout_s=4.0))
     rows = frame.set_index("problem_id")
     assert rows.loc["smoke.relu", "failure_reason"].startswith("timeout: no result within 4 s")
     assert rows.loc["smoke.silu", "failure_reason"].startswith("incorrect")
@@ -214,8 +218,9 @@ def test_a_hanging_sample_is_recorded_as_a_timeout(tmp_path) -> None:
 def test_resume_after_an_interrupted_run_evaluates_only_the_missing_samples(tmp_path) -> None:
     problems = _smoke("smoke.relu", "smoke.silu", "smoke.softmax")
     out = tmp_path / "run"
-    run_eval(problems[:1], ScriptedSource({"smoke.relu": "wrong"}), out_dir=out, device="cpu", workers=0,
-             samples_per_problem=2, quick=True, progress=False, plots=False)
+    run_eval(problems[:1], ScriptedSource({"smoke.relu": "wrong"}), out_dir=out,
+             options=EvalOptions(device="cpu", workers=0, samples_per_problem=2, quick=True, progress=False,
+                                 plots=False))
     results = out / "results.jsonl"
     first = results.read_text().splitlines()
     assert len(first) == 2
@@ -224,8 +229,9 @@ def test_resume_after_an_interrupted_run_evaluates_only_the_missing_samples(tmp_
         fh.write('{"problem_id": "smoke.silu", "suite": "smoke", "sample_ind')
 
     behaviours = {"smoke.relu": "segfault", "smoke.silu": "wrong", "smoke.softmax": "wrong"}  # relu must not rerun
-    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out, device="cpu", workers=1,
-                     samples_per_problem=2, resume=True, quick=True, progress=False, plots=False)
+    frame = run_eval(problems, ScriptedSource(behaviours), out_dir=out,
+                     options=EvalOptions(device="cpu", workers=1, samples_per_problem=2, resume=True, quick=True,
+                                         progress=False, plots=False))
     lines = results.read_text().splitlines()
     assert lines[:2] == first and len(lines) == 6
     assert all(json.loads(line) for line in lines)  # the truncated line is gone
@@ -246,7 +252,8 @@ def test_shards_split_the_suite_and_each_report_counts_its_own_problems(tmp_path
     for index in range(3):
         out = tmp_path / f"shard{index}"
         frame = run_eval("smoke", ScriptedSource({p.id: "wrong" for p in load_suite("smoke")}), out_dir=out,
-                         device="cpu", workers=0, shard=f"{index}/3", quick=True, progress=False, plots=False)
+                         options=EvalOptions(device="cpu", workers=0, shard=f"{index}/3", quick=True, progress=False,
+                                             plots=False))
         summary = frame.attrs["summary"]["overall"]
         assert summary["problems"] == len(frame) == 2
         seen += list(frame["problem_id"])
@@ -264,7 +271,30 @@ def test_problem_selection_errors_name_the_fix() -> None:
     with pytest.raises(ValueError, match="CUDA is not available"):
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-        run_eval("smoke", "compile", out_dir="unused", device="cuda")
+        run_eval("smoke", "compile", out_dir="unused", options=EvalOptions(device="cuda"))
+
+
+def test_eval_options_refuse_bad_values_when_made_and_name_the_fix() -> None:
+    for bad, match in [
+        (dict(samples_per_problem=0), "samples_per_problem must be an int >= 1"),
+        (dict(samples_per_problem=True), "samples_per_problem"),
+        (dict(workers=-1), "workers must be None .* or an int >= 0"),
+        (dict(backend="slurm"), "backend must be one of local, ray"),
+        (dict(timeout_s=0), "timeout_s must be None or a finite number"),
+        (dict(timeout_s=float("inf")), "timeout_s"),
+        (dict(shard="2"), "i/N"),
+        (dict(shard=(3, 3)), "0 <= i < N"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            EvalOptions(**bad)
+    with pytest.raises(TypeError, match=r"pass \[id, ...\]"):
+        EvalOptions(problem_ids="smoke.relu")
+    with pytest.raises(TypeError, match="options must be an evals.EvalOptions"):
+        run_eval("smoke", "compile", out_dir="unused", options={"device": "cpu"})  # type: ignore[arg-type]
+    options = EvalOptions(problem_ids=["smoke.relu"], shard=[0, 2])
+    assert options.problem_ids == ("smoke.relu",) and options.shard == (0, 2)
+    assert options.replace(quick=True).resolved_kernel_utils().rounds == QUICK_KERNEL_UTILS.rounds
+    assert EvalOptions().resolved_kernel_utils() == KernelUtils()
 
 
 def test_worker_plans_and_work_grouping() -> None:
@@ -278,8 +308,8 @@ def test_worker_plans_and_work_grouping() -> None:
 
 
 def test_sdpa_source_records_other_functions_as_unsupported(tmp_path) -> None:
-    frame = run_eval(_smoke("smoke.relu"), SDPASource("math"), out_dir=tmp_path / "run", device="cpu", workers=0,
-                     quick=True, progress=False, plots=False)
+    frame = run_eval(_smoke("smoke.relu"), SDPASource("math"), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     assert frame.loc[0, "failure_reason"].startswith("unsupported: sdpa-math only provides scaled_dot_product")
     assert frame.loc[0, "source"] == "sdpa-math"
     with pytest.raises(ValueError, match="unknown SDPA backend"):
@@ -299,8 +329,8 @@ def test_sdpa_source_runs_attention_problems(tmp_path) -> None:
     }
     path = tmp_path / "attn.json"
     path.write_text(json.dumps(suite))
-    frame = run_eval(path, "sdpa", out_dir=tmp_path / "run", device="cpu", workers=0, quick=True, progress=False,
-                     plots=False)
+    frame = run_eval(path, "sdpa", out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     row = frame.iloc[0]
     assert row["correct"], row["failure_reason"]
     assert row["candidate"].startswith("PyTorch SDPA") and row["compile_ms"] > 0 and row["flops"] > 0
@@ -415,8 +445,8 @@ def test_kernelbench_module_problems_correct_and_wrong_candidates(tmp_path) -> N
     folder = _kernelbench(tmp_path)
     modules = {"level1/1_LinearReLU": MLP_NEW, "level1/2_LinearReLUAgain": MLP_WRONG,
                "level1/3_CrossEntropy": LOSS_NEW}
-    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run", device="cpu", workers=0,
-                     quick=True, progress=False, plots=False)
+    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows["suite"].eq("kernelbench-level1").all() and rows["kind"].eq("module").all()
     good = rows.loc["level1/1_LinearReLU"]
@@ -433,8 +463,8 @@ def test_kernelbench_candidate_that_cannot_be_built_and_one_that_crashes(tmp_pat
     folder = _kernelbench(tmp_path)
     modules = {"level1/1_LinearReLU": MLP_NEW.replace("class ModelNew", "class ModelOld"),
                "level1/3_CrossEntropy": CRASHING_NEW}
-    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run", device="cpu", workers=1,
-                     quick=True, progress=False, plots=False)
+    frame = run_eval(folder, ScriptedSource(modules=modules), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows.loc["level1/1_LinearReLU", "failure_reason"].startswith("compile error: seed 42: building ModelNew")
     assert rows.loc["level1/2_LinearReLUAgain", "failure_reason"].startswith("unsupported")
@@ -444,8 +474,8 @@ def test_kernelbench_candidate_that_cannot_be_built_and_one_that_crashes(tmp_pat
 
 def test_compile_source_on_a_module_problem(tmp_path) -> None:
     problems = load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[:1]
-    frame = run_eval(problems, CompileSource(), out_dir=tmp_path / "run", device="cpu", workers=0, quick=True,
-                     progress=False, plots=False)
+    frame = run_eval(problems, CompileSource(), out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     row = frame.iloc[0]
     assert row["correct"], row["failure_reason"]
     assert row["candidate"] == "torch.compile(Model)" and row["latency_ms"] > 0
@@ -453,7 +483,7 @@ def test_compile_source_on_a_module_problem(tmp_path) -> None:
 
 def test_records_frame_is_a_dataframe_with_metric_columns(tmp_path) -> None:
     frame = run_eval(_smoke("smoke.relu"), ScriptedSource({"smoke.relu": "wrong"}), out_dir=tmp_path / "run",
-                     device="cpu", workers=0, quick=True, progress=False, plots=False)
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     assert isinstance(frame, pd.DataFrame)
     for column in ("problem_id", "suite", "sample_index", "compiled", "correct", "speedup_eager", "wall_s"):
         assert column in frame.columns
@@ -491,8 +521,8 @@ def test_records_carry_the_typed_outcome(tmp_path) -> None:
 def test_eager_source_measures_the_harness_alone(tmp_path) -> None:
     """Eager as its own candidate: correct everywhere, every check run (untrusted), the timer's noise floor."""
     problems = [*_smoke("smoke.relu"), *load_kernelbench_folder(_kernelbench(tmp_path) / "level1")[:1]]
-    frame = run_eval(problems, "eager", out_dir=tmp_path / "run", device="cpu", workers=0, quick=True,
-                     progress=False, plots=False)
+    frame = run_eval(problems, "eager", out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=0, quick=True, progress=False, plots=False))
     assert frame["correct"].all(), frame[["problem_id", "failure_reason"]]
     assert set(frame["candidate"]) == {"F.relu (eager)", "Model (eager)"}
     assert (frame["harness_s"] > 0).all() and (frame["generation_s"] < frame["harness_s"]).all()

@@ -24,7 +24,7 @@ import pytest
 
 from agent.llm import LLMConfig
 from evals import ResultsStore, load_kernelbench_folder
-from evals.runner import run_eval
+from evals.runner import EvalOptions, run_eval
 from evals.sources import LLMSource
 from forge.functional import functional_names, original_function
 from forge.judging import Judge, JudgeOptions
@@ -129,9 +129,10 @@ def make_stub_generator() -> StubGenerator:
 
 def test_llm_source_with_a_stub_generator_on_function_problems(tmp_path) -> None:
     source = LLMSource(generator_factory=make_stub_generator)
-    frame = run_eval("smoke", source, out_dir=tmp_path / "run", device="cpu", workers=1, quick=True,
-                     problem_ids=["smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"], progress=False,
-                     plots=False)
+    frame = run_eval("smoke", source, out_dir=tmp_path / "run",
+                     options=EvalOptions(device="cpu", workers=1, quick=True,
+                                         problem_ids=["smoke.relu", "smoke.silu", "smoke.softmax", "smoke.rms_norm"],
+                                         progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert rows["source"].eq("llm").all()
     assert bool(rows.loc["smoke.relu", "correct"]) and rows.loc["smoke.relu", "candidate"] == "stub relu"
@@ -152,7 +153,7 @@ def test_llm_source_module_problems_judge_each_attempt_in_the_sandbox(tmp_path) 
     problems = load_kernelbench_folder(level)
     source = LLMSource(generator_factory=make_stub_generator)
     frame = run_eval(problems, source, out_dir=tmp_path / "run",
-                     device="cpu", workers=1, quick=True, progress=False, plots=False)
+                     options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False))
     rows = frame.set_index("problem_id")
     first = rows.loc["level1/1_LinearReLU"]
     assert first["correct"] and first["attempts"] == 2 and first["cost_usd"] == 0.5  # the wrong one was refused
@@ -294,7 +295,7 @@ def test_record_the_smoke_suite_from_the_scripted_server(tmp_path, isolated_cach
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test",
                                     cassette=cassette, cassette_mode="record")
         frame = run_eval("smoke", LLMSource(config, generator_options=GENERATOR_OPTIONS), out_dir=tmp_path / "run",
-                         device="cpu", workers=2, quick=True, progress=False, plots=False)
+                         options=EvalOptions(device="cpu", workers=2, quick=True, progress=False, plots=False))
         calls = len(server.requests)
     rows = frame.set_index("problem_id")
     assert set(rows.index[rows["correct"]]) == EXPECTED_CORRECT, rows["failure_reason"].to_dict()
@@ -368,8 +369,8 @@ def test_a_cassette_miss_is_a_recorded_generation_failure(tmp_path, isolated_cac
     assert partial.read_text().strip(), "the committed cassette has no relu call"
     config = LLMConfig.from_env(model="scripted-model", cassette=partial, cassette_mode="replay")
     frame = run_eval("smoke", LLMSource(config, generator_options=GENERATOR_OPTIONS), out_dir=tmp_path / "run",
-                     device="cpu", workers=0, quick=True, problem_ids=["smoke.relu", "smoke.softmax"],
-                     progress=False, plots=False)
+                     options=EvalOptions(device="cpu", workers=0, quick=True,
+                                         problem_ids=["smoke.relu", "smoke.softmax"], progress=False, plots=False))
     rows = frame.set_index("problem_id")
     assert bool(rows.loc["smoke.relu", "correct"])
     assert rows.loc["smoke.softmax", "failure_reason"].startswith("generation failed")
@@ -384,7 +385,7 @@ def test_real_generator_fixes_a_module_problem_from_the_oracle_feedback(tmp_path
         config = LLMConfig.from_env(model="scripted-model", base_url=server.base_url, api_key="sk-test")
         source = LLMSource(config, generator_options={"attempts": 3, "optimize_rounds": 0})
         frame = run_eval(level, source, out_dir=tmp_path / "run",
-                         device="cpu", workers=1, quick=True, progress=False, plots=False)
+                         options=EvalOptions(device="cpu", workers=1, quick=True, progress=False, plots=False))
         fix_prompt = server.requests[1]["messages"][-1]["content"]
     row = frame.iloc[0]
     assert row["correct"], row["failure_reason"]
@@ -439,8 +440,8 @@ def _module_conversation(tmp_path, problem_source: str, replies: list[str], **op
 
         judge.judge_source = recording
         try:
-            result = source.generator.generate_module(ModuleTask.from_source(problem.source, name="LinearReLU"),
-                                                      ModuleTarget(problem.module_source))
+            task = ModuleTask.from_source(problem.source, name="LinearReLU", language="triton")
+            result = source.generator.generate_module(task, ModuleTarget(problem.module_source))
         finally:
             source.close()
         prompts = [r["messages"][-1]["content"] for r in server.requests]

@@ -59,7 +59,7 @@ class NormKernel(ModuleKernelProvider, type_name="test_norm_kernel"):
             return module.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.eps)
         return forward
 
-    def _prepare_instances(self, instances, samples):
+    def _prepare_instances(self, instances, samples, counts=None):
         return all(s.args[0].shape[-1] == m.weight.shape[0] for m in instances for s in samples)
 
     def _to_dict(self):

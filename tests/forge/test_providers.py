@@ -26,6 +26,20 @@ def test_sdpa_backend_that_rejects_the_samples_refuses() -> None:
     assert not TorchSDPAProvider("cudnn").prepare([Sample((q, q, q), {})])
 
 
+def test_sdpa_backend_names_come_from_one_table() -> None:
+    from torch.nn.attention import SDPBackend
+
+    from forge.providers import SDPA_BACKENDS, default_providers, default_sdpa_backends, sdpa_backend_names
+
+    assert sdpa_backend_names() == ("cudnn", "flash", "efficient", "math")
+    assert default_sdpa_backends() == ("cudnn", "flash", "efficient")  # math, the unfused path, is not offered
+    assert all(TorchSDPAProvider(name).backend is backend for name, backend in SDPA_BACKENDS.items())
+    assert TorchSDPAProvider("mem_efficient").backend is SDPBackend.EFFICIENT_ATTENTION  # an alias
+    with pytest.raises(ValueError, match="one of: cudnn, efficient, flash, math"):
+        TorchSDPAProvider("warp-speed")
+    assert not any(isinstance(p, TorchSDPAProvider) for p in default_providers("cpu"))
+
+
 def test_unknown_backend_and_unknown_mode_errors() -> None:
     with pytest.raises(ValueError, match="unknown SDPA backend"):
         TorchSDPAProvider("warp-speed")

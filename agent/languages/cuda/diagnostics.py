@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from forge.errors import KernelForgeError
+from forge.text import clip
 
 __all__ = ["CompileDiagnostic", "CudaCompileError", "MAX_DIAGNOSTICS", "format_diagnostics", "parse_compiler_output"]
 
@@ -57,11 +58,6 @@ class CudaCompileError(KernelForgeError, RuntimeError):
         super().__init__(f"CUDA compile error ({backend}): {first}{more}")
 
 
-def _short(message: str) -> str:
-    message = " ".join(message.split())
-    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
-
-
 def _file_name(path: str) -> str:
     """The candidate's own file keeps its name; temporary build paths are cut to the base name."""
     return path.rsplit("/", 1)[-1]
@@ -78,21 +74,21 @@ def parse_compiler_output(log: str) -> list[CompileDiagnostic]:
         if match:
             sev = "warning" if match.group("sev") in ("warning", "remark") else "error"
             found.append(CompileDiagnostic(_file_name(match.group("file")), int(match.group("line")), sev,
-                                           _short(match.group("msg"))))
+                                           clip(match.group("msg"), MAX_MESSAGE)))
             last_error = len(found) - 1 if sev == "error" else None
             continue
         match = _PTXAS.match(line) or _NVRTC.match(line)
         if match:
             sev = "warning" if match.group("sev") == "warning" else "error"
             found.append(CompileDiagnostic("ptxas" if line.startswith("ptxas") else "nvrtc", 0, sev,
-                                           _short(match.group("msg"))))
+                                           clip(match.group("msg"), MAX_MESSAGE)))
             last_error = None
             continue
         if _INSTANTIATION.match(line) and last_error is not None and last_error not in instantiation_added:
             instantiation_added.add(last_error)
             d = found[last_error]
             found[last_error] = CompileDiagnostic(d.file, d.line, d.severity,
-                                                  _short(f"{d.message} ({line.strip()})"))
+                                                  clip(f"{d.message} ({line.strip()})", MAX_MESSAGE))
     errors = [d for d in found if d.severity == "error"]
     chosen = errors or found
     unique: list[CompileDiagnostic] = []

@@ -1,6 +1,6 @@
 """`CudaLanguage`: CUDA C++ kernels in a `CUDA_SRC` string, launched from a Python `kernel_function`.
 
-Everything the rest of the agent needs from the language is here (the seam of issue 12): prompt fragments and the
+Everything the rest of the agent needs from the language is here (one seam per language): prompt fragments and the
 example file (`prompt_fragments()`), reply fences (`fence_tags`, `extract_reply`), screening (`screen`), the
 toolchain fingerprint (`toolchain_key()` for cache keys, `environment()` for the plan), the sandbox child's
 environment (`child_environment`, `shared_caches`), the build step (`build`, `build_pool`, and

@@ -4,7 +4,7 @@ A CUDA candidate is a Python file (```python fence) holding the device code as o
 `CUDA_SRC = r'''...'''`, a handle `kernels = load_cuda(CUDA_SRC)` from `agent.languages.cuda.runtime`, and a
 `kernel_function(...)` that allocates outputs with torch and launches `kernels.<name>[grid, block](args...)`.
 Why this shape and not a `.cu` file with a C++ launcher: NVRTC compiles device code only (no host C++, no ATen
-headers), and a torch-extension build of a C++ launcher is the 35 s cold `load_inline` build the issue measured; a
+headers), and a torch-extension build of a C++ launcher is a 35 s cold `load_inline` build (measured); a
 Python launcher keeps host logic (shape dispatch, grids, allocation) screenable by the same Python policy as
 Triton's, and lets the harness own every compile option (arch, flags, cache) because the string is a literal it
 can extract without running the file (so candidates can be compiled in a pool before their child starts).

@@ -11,7 +11,7 @@
    the candidate was loaded. A launch inside another (an autotuner benchmarking its configs, a heuristics wrapper's
    inner call) is part of it.
 2. One config on the interpreter, installed by `TritonLanguage.load` when `TRITON_INTERPRET` is on: there is no
-   device to time, and `Autotuner.run` with several configs fails ("0 active drivers"; issue 10: an honest
+   device to time, and `Autotuner.run` with several configs fails ("0 active drivers": an honest
    autotuned softmax was rejected on CPU). An autotuner whose kernel is interpreted runs its first config instead
    (what a one-config autotuner does); on a GPU nothing is patched.
 

@@ -5,7 +5,7 @@ Screening adds Triton's own names to the common policy (`triton.jit`, `autotune`
 inside `triton.language`, its enum members such as `tl.PropagateNan.ALL` included), then checks the file's
 structure: a top-level `def kernel_function(...)` and at least one `@triton.jit` function. Whether
 `kernel_function` really launches its kernels, and whether PyTorch computes anything on its behalf, is checked while
-it runs (`launch_monitor()`, `forge.checking.launch_check`; issue 8): a static check by name refused a kernel picked
+it runs (`launch_monitor()`, `forge.checking.launch_check`): a static check by name refused a kernel picked
 from a per-shape cache and let a no-op launch beside tensor math pass.
 
 On a machine without a GPU the sandbox runs Triton kernels on CPU tensors through the interpreter
@@ -197,13 +197,14 @@ _INIT_DENIED = frozenset({"_make_deprecate"})
 def module_torch_allowed(qualname: str) -> bool:
     """`torch.nn` layer classes, `torch.nn.Parameter`, the functions of `torch.nn.init` and the random initialisers
     (`torch.randn` ...): what a KernelBench `ModelNew` needs to create the same parameters as the reference `Model`
-    under the same seed. `torch.nn.functional` stays refused.
+    under the same seed; and the library calls a module may make for products, convolutions and attention
+    (`policy.LIBRARY_CALLS`). The rest of `torch.nn.functional` stays refused.
 
     Of `torch.nn.init` only the functions it defines itself (`kaiming_uniform_`, `_calculate_fan_in_and_fan_out`
     ...), one level deep: the module also holds the modules it imported (`torch`, `math`, `warnings`) and `Tensor`,
     and a prefix allowance let `nn.init.torch.compile`, `nn.init.torch.ops.aten.softmax` and
     `nn.init.torch.sys._getframe` through."""
-    if qualname in _MODULE_PARAMETER_INIT:
+    if qualname in _MODULE_PARAMETER_INIT or qualname in policy.LIBRARY_CALLS:
         return True
     parts = qualname.split(".")
     if parts[:2] != ["torch", "nn"] or len(parts) < 3:

@@ -36,7 +36,6 @@ The run-time launch check (`forge.checking.launch_check`) counts a hit as one la
 from __future__ import annotations
 
 import logging
-import os
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -46,6 +45,7 @@ from typing import Any
 import torch
 
 from forge.checking.launch_check import WATCH
+from forge.env import env_flag
 
 __all__ = [
     "CachedLauncher",
@@ -376,8 +376,9 @@ def _jit_functions_in(module: types.ModuleType) -> Iterator[Any]:
 
 
 def launch_cache_enabled() -> bool:
-    """False when `$KFORGE_TRITON_LAUNCH_CACHE` is `0`/`false`/`off`/`no` (the escape hatch; default on)."""
-    return os.environ.get(CACHE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+    """False when `$KFORGE_TRITON_LAUNCH_CACHE` is `0`/`false`/`off`/`no` (the escape hatch; default on; any other
+    value than a flag is refused with a one-line `forge.errors.SettingError`)."""
+    return env_flag(CACHE_ENV, True)
 
 
 def install_cached_launchers(module: types.ModuleType, *, max_entries: int = DEFAULT_MAX_ENTRIES) -> int:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 import forge.checking.compare as compare
 import forge.checking.validation as validation
 from forge.checking.expectation import build_expectation
+from forge.checking.footprint import measure_in_child
 from forge.checking.tolerance import allowed_error, resolve_tolerances
 from forge.checking.validation import ValidationReport, validate, validate_report
 from forge.samples import Sample, TensorSpec
@@ -24,7 +25,7 @@ from forge.samples import Sample, TensorSpec
 ROOT = Path(__file__).resolve().parents[3]
 
 # The bound the oracle is held to on the CPU: peak extra resident memory <= MULTIPLE x (inputs + outputs) + CONSTANT.
-# Measured (benchmarks/oracle_memory.py, 512 MB fp32 inputs, anonymous resident memory): 2.5x for group_norm and
+# Measured (`forge.checking.footprint`, 512 MB fp32 inputs, anonymous resident memory): 2.5x for group_norm and
 # 3.4x for rms_norm (whose float64 reference alone takes 3x); 10.4x for both before issue 8. CONSTANT covers the
 # pieces' float64 temporaries, the fingerprint weights and the allocator's slack (it dominates at this test's size).
 MULTIPLE = 4.0
@@ -32,11 +33,7 @@ CONSTANT = 256 << 20
 
 
 def _child(problem: str, shape: tuple[int, ...]) -> dict:
-    command = [sys.executable, "-m", "benchmarks.oracle_memory", "--child", problem, "--shape",
-               ",".join(map(str, shape)), "--fresh", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return measure_in_child(problem, shape, fresh=0, timeout=600)
 
 
 @pytest.mark.slow

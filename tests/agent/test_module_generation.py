@@ -1,0 +1,238 @@
+"""Module kernels written by the agent for a hot module of a real model (`agent.modules`, `InstanceTarget`):
+Hugging Face's `LlamaRMSNorm` in a tiny `LlamaForCausalLM`, a `ModelNew(original)` from a scripted endpoint on
+loopback (the real openai client), judged in the real sandbox (real Triton under the interpreter), then planned,
+saved, loaded and applied in eager and under `torch.compile` (inductor)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from agent import GeneratorOptions, LLMConfig, LLMKernelGenerator
+from agent.languages import get_language
+from agent.modules import GeneratedModuleProvider, LLMModuleSource, ParameterCopyError, check_shares_parameters
+from agent.prompting import InstanceTask, PromptRenderer
+from forge.checking import KernelUtils
+from forge.judging import InstanceTarget, Judge, JudgeOptions
+from forge.modules import module_target_name, record_module_calls
+from forge.optimizer import KernelOptimizer
+from forge.outcome import Outcome
+from forge.plan import KernelOptimizationPlan, PlanEntry
+from forge.samples import Sample
+from forge.sandbox import SandboxOptions
+from tests.agent.llm_server import ScriptedLLMServer, reply
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
+
+QUICK = KernelUtils(fresh_inputs_per_sample=1, rounds=3, warmup=1, min_run_time_s=0.01)
+RMS_CLASS = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
+
+# Honest, in the style real replies take: `super(ModelNew, self)`, the original's parameter kept by reference.
+RMS_MODELNEW = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, x_row_stride, out_row_stride, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    variance = tl.sum(x * x, axis=0) / n_cols
+    y = x * tl.rsqrt(variance + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + row * out_row_stride + cols, w * y.to(w_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, original):
+        super(ModelNew, self).__init__()
+        self.weight = original.weight
+        self.variance_epsilon = original.variance_epsilon
+
+    def forward(self, hidden_states):
+        shape = hidden_states.shape
+        x = hidden_states.reshape(-1, shape[-1])
+        if x.stride(-1) != 1:
+            x = x.contiguous()
+        out = torch.empty(x.shape, dtype=torch.promote_types(self.weight.dtype, hidden_states.dtype),
+                          device=x.device)
+        _rms_norm_kernel[(x.shape[0],)](x, self.weight, out, shape[-1], x.stride(0), out.stride(0),
+                                        self.variance_epsilon, BLOCK=triton.next_power_of_2(shape[-1]))
+        return out.reshape(shape)
+'''
+
+# Passes the screen (the product goes to cuBLAS, a library call a module may make; a kernel is defined) but never
+# launches a kernel of its own: the run-time launch check refuses it.
+LINEAR_LIBRARY_ONLY = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _unused(x_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(x_ptr + i, tl.load(x_ptr + i, mask=i < n), mask=i < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, original):
+        super().__init__()
+        self.weight = original.weight
+        self.bias = original.bias
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+'''
+
+# Computes the norm with torch ops around a token kernel: refused by the screen before anything runs.
+RMS_TORCH_OPS = RMS_MODELNEW.replace("        return out.reshape(shape)",
+                                     "        return self.weight * torch.rsqrt(hidden_states.pow(2).mean(-1))")
+
+
+def _norm() -> tuple[LlamaRMSNorm, Sample]:
+    torch.manual_seed(0)
+    norm = LlamaRMSNorm(64, eps=1e-6).eval()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    return norm, Sample((torch.randn(2, 8, 64),), {})
+
+
+@pytest.fixture(scope="module")
+def judge():
+    judge = Judge(QUICK, JudgeOptions(SandboxOptions(timeout_s=120.0), max_concurrent=2, benchmark=False))
+    yield judge
+    judge.close()
+
+
+def test_an_honest_modelnew_passes_and_library_only_or_torch_math_replacements_are_refused(judge) -> None:
+    norm, sample = _norm()
+    triton_language = get_language("triton")
+    honest = judge.judge_source(RMS_MODELNEW, InstanceTarget.of(norm, [sample], [3]), triton_language)
+    assert honest.ok, honest.message
+
+    screened = judge.judge_source(RMS_TORCH_OPS, InstanceTarget.of(norm, [sample]), triton_language)
+    assert screened.status is Outcome.FORBIDDEN and "rsqrt" in screened.message
+
+    linear = nn.Linear(32, 16)
+    launched_nothing = judge.judge_source(LINEAR_LIBRARY_ONLY, InstanceTarget.of(linear, [Sample((torch.randn(4, 32),),
+                                                                                               {})]), triton_language)
+    assert not launched_nothing.ok
+    assert "no kernel of the candidate was launched" in launched_nothing.message, launched_nothing.message
+
+
+def test_a_modelnew_that_copies_a_parameter_is_refused_when_bound() -> None:
+    norm, _ = _norm()
+
+    class Copying(nn.Module):
+        def __init__(self, original):
+            super().__init__()
+            self.weight = nn.Parameter(original.weight.detach().clone())
+
+    with pytest.raises(ParameterCopyError, match="weight"):
+        check_shares_parameters(Copying(norm), norm)
+
+    class Sharing(nn.Module):
+        def __init__(self, original):
+            super().__init__()
+            self.original = original
+
+    check_shares_parameters(Sharing(norm), norm)
+
+
+def test_the_instance_prompt_shows_the_forward_its_attributes_parameters_and_calls() -> None:
+    norm, sample = _norm()
+    task = InstanceTask.from_instance(norm, [(3, sample)], language="triton")
+    text = PromptRenderer().generate_instance(task)
+    assert "hidden_states.pow(2).mean(-1, keepdim=True)" in text  # the forward's source
+    assert "`variance_epsilon` = 1e-06" in text and "`weight`: parameter, shape (64,)" in text
+    assert "called 3 time(s)" in text and "f32[2,8,64]" in text and "ModelNew(original)" in text
+
+
+def _tiny_llama():
+    from forge.demos import get_demo
+
+    demo = get_demo("hf-llama")
+    return demo.model(torch.device("cpu")), demo.inputs(torch.device("cpu"))
+
+
+def _generator(server: ScriptedLLMServer, tmp_path) -> LLMKernelGenerator:
+    config = LLMConfig(model="scripted-model", base_url=server.base_url, api_key="sk-test",
+                       cache_dir=tmp_path / "cache", max_retries=1, retry_initial_wait_s=0.01, retry_max_wait_s=0.05)
+    options = GeneratorOptions(candidates=1, attempts=2, optimize_rounds=0, artifacts_dir=tmp_path / "runs")
+    return LLMKernelGenerator(config, options, kernel_utils=QUICK,
+                              judge_options=JudgeOptions(SandboxOptions(timeout_s=120.0), max_concurrent=2))
+
+
+def test_the_optimizer_gets_a_judged_modelnew_for_a_hot_class_and_the_plan_runs_saved_loaded_and_compiled(
+        scripted_llm, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("KFORGE_SIGNING_KEY", "module-generation-test-key-0123456789")
+    model, data = _tiny_llama()
+    scripted_llm.push(reply(f"```python\n{RMS_MODELNEW}```"))
+    generator = _generator(scripted_llm, tmp_path)
+    source = LLMModuleSource(generator)
+    try:
+        optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=QUICK, module_sources=[source],
+                                    module_classes=["LlamaRMSNorm"], module_min_time_share_percent=0.0,
+                                    end_to_end_check=False, judge=generator.judge)
+        optimizer.make_plan(model, data)
+        rows = optimizer.report[optimizer.report["function"] == "module:" + RMS_CLASS]
+        generated = rows[rows["source"] == "generated"]
+        assert len(generated) == 1, optimizer.report.to_string()
+        # Judged in the sandbox and here; on the CPU interpreter it is slower than PyTorch, so not selected.
+        assert generated.iloc[0]["outcome"] == "ok", generated.to_string()
+        prompt = scripted_llm.requests[0]["messages"][-1]["content"]
+        assert "LlamaRMSNorm" in prompt and "variance_epsilon" in prompt
+        # What a demo cassette keys on: the first request as `agent.demo_prompts` renders it, message for message.
+        from agent.demo_prompts import render_instances
+
+        rendered = render_instances("hf-llama", [RMS_CLASS], "cpu", "", None, "scripted-model", on_device=True)
+        assert [r["function"] for r in rendered] == ["module:" + RMS_CLASS]
+        assert rendered[0]["request"]["messages"] == scripted_llm.requests[0]["messages"]
+    finally:
+        generator.close()
+
+    # The same file as a plan entry: saved (signed), loaded, applied in eager and under torch.compile.
+    norms = [m for m in model.modules() if isinstance(m, LlamaRMSNorm)]
+    name = module_target_name(norms[0])
+    with torch.no_grad(), record_module_calls(model, {name}) as found:
+        model(*data[0].args, **data[0].kwargs)
+    key, group = next(iter(found[name].instances.items()))
+    provider = GeneratedModuleProvider(RMS_CLASS, RMS_MODELNEW, language="triton", cache_dir=tmp_path / "kernels")
+    assert provider.prepare_instances(group, found[name].samples[key])
+    plan = KernelOptimizationPlan(entries=(PlanEntry(provider=provider, signatures=tuple(found[name].samples[key]),
+                                                     source="generated"),))
+    path = plan.save(tmp_path / "plan.json")
+    loaded = KernelOptimizationPlan.load(path)
+    assert loaded.functions == ["module:" + RMS_CLASS]
+    assert loaded.verify(QUICK, model=model) == {"module:" + RMS_CLASS: []}  # the sandbox, then here
+
+    sample = data[0]
+    with torch.no_grad():
+        expected = model(*sample.args, **sample.kwargs).logits
+        with loaded.apply(model) as runtime:
+            got = model(*sample.args, **sample.kwargs).logits
+        stats = runtime.stats["module:" + RMS_CLASS]
+        assert stats.provider_calls == len(norms) and stats.fallback_calls == 0
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        assert all("forward" not in vars(m) for m in norms)  # restored
+
+        # Under torch.compile each served call is one custom op node (no graph break) running the generated kernel.
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+        for_compile = KernelOptimizationPlan(entries=loaded.entries, execution="compile")
+        compiled = torch.compile(model, backend="inductor")
+        with for_compile.apply(model) as runtime:
+            got_compiled = compiled(*sample.args, **sample.kwargs).logits
+        torch.testing.assert_close(got_compiled, expected, rtol=1e-4, atol=1e-4)
+        assert runtime.stats["module:" + RMS_CLASS].provider_calls == len(norms)
+        assert not counters["graph_break"], dict(counters["graph_break"])
