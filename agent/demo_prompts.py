@@ -23,6 +23,7 @@ import torch
 
 from agent.cli_support import first_turn_requests
 from agent.generator import GeneratorOptions, LLMKernelGenerator
+from agent.languages import DEFAULT_LANGUAGE
 from agent.llm import LLMConfig
 from forge.demos import get_demo
 from forge.samples import Sample, TensorSpec, map_values
@@ -54,7 +55,7 @@ def capture(demo: str, device_kind: str, functions: list[str]):
 
 
 def render(demo: str, functions: list[str], device_kind: str, device_name: str, capability, model: str,
-           language: str = "triton") -> list[dict[str, Any]]:
+           language: str = DEFAULT_LANGUAGE) -> list[dict[str, Any]]:
     """First-turn requests, as `kforge prompts --demo` renders them on a `device_kind` machine named `device_name`
     (compute capability `capability`, None on the CPU): `[{"function": name, "request": request}, ...]`."""
     from types import SimpleNamespace
@@ -102,7 +103,7 @@ def _meta_demo(demo: str, device_kind: str) -> tuple[torch.nn.Module, list[Sampl
 
 
 def render_instances(demo: str, classes: list[str], device_kind: str, device_name: str, capability, model: str,
-                     language: str = "triton", *, on_device: bool = False) -> list[dict[str, Any]]:
+                     language: str = DEFAULT_LANGUAGE, *, on_device: bool = False) -> list[dict[str, Any]]:
     """First-turn requests of the module conversations (`agent.modules`) for the hot classes `classes` (qualified
     names) of `demo`, one per behaviour group, as a `device_kind` machine named `device_name` renders them:
     `[{"function": "module:<class>", "request": request}, ...]`. The model runs on meta tensors and the prompt's

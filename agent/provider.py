@@ -25,6 +25,7 @@ from agent.languages import get_language
 from agent.languages.triton.launch import LaunchCacheStats, cached_launchers
 from agent.screening import format_violations
 from forge.atomic import write_text_atomic
+from forge.env import cache_root
 from forge.functional import original_function
 from forge.judging.language import CandidateCode
 from forge.provider import KernelProvider
@@ -34,10 +35,13 @@ __all__ = ["GeneratedKernelProvider", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
+# Plans and cache entries saved before kernels named their language hold Triton kernels.
+_LEGACY_LANGUAGE = "triton"
+
 
 def default_cache_dir() -> Path:
-    """`$KFORGE_CACHE_DIR`, else `~/.cache/kforge`."""
-    return Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge")
+    """`$KFORGE_CACHE_DIR`, else `~/.cache/kforge` (`forge.env.cache_root`)."""
+    return cache_root()
 
 
 class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
@@ -50,7 +54,7 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
         function: str,
         source: str,
         *,
-        language: str = "triton",
+        language: str,
         entry_point: str = "kernel_function",
         signatures: list[Sample] | tuple[Sample, ...] = (),
         metadata: dict[str, Any] | None = None,
@@ -154,13 +158,13 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
         expected = state.get("source_sha256")
         if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
             raise ValueError("generated kernel source does not match its recorded sha256 (the file was edited)")
-        violations = get_language(state.get("language", "triton")).screen(source, state["function"])
+        violations = get_language(state.get("language", _LEGACY_LANGUAGE)).screen(source, state["function"])
         if violations:  # refused at load (PlanLoadError), not later at apply
             raise ValueError("generated kernel fails screening: " + format_violations(violations))
         return cls(
             state["function"],
             source,
-            language=state.get("language", "triton"),
+            language=state.get("language", _LEGACY_LANGUAGE),
             entry_point=state.get("entry_point", "kernel_function"),
             signatures=[sample_from_json(s) for s in state.get("signatures", [])],
             metadata=state.get("metadata") or {},

@@ -382,10 +382,10 @@ def _benchmark(utils: KernelUtils, fn: Callable[..., Any], samples: list[Sample]
 
 # -- driver ---------------------------------------------------------------------------------------------------
 def build(source: str, device: torch.device, samples: list[Sample], folder: Path) -> dict[str, Any]:
-    cached_provider = GeneratedKernelProvider("silu", source, cache_dir=folder)
+    cached_provider = GeneratedKernelProvider("silu", source, language="triton", cache_dir=folder)
     if not cached_provider.prepare(samples):
         raise SystemExit("the generated silu did not load")
-    plain_provider = GeneratedKernelProvider("silu", source + "\n# JIT path\n", cache_dir=folder)
+    plain_provider = GeneratedKernelProvider("silu", source + "\n# JIT path\n", language="triton", cache_dir=folder)
     plain_provider.prepare(samples)
     plain_module = sys.modules[plain_provider._module_name]  # noqa: SLF001
     remove_cached_launchers(plain_module)

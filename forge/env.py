@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from forge.errors import SettingError
 
-__all__ = ["FALSE_WORDS", "TRUE_WORDS", "env_flag", "env_float", "env_int", "env_text", "parse_flag", "parse_float",
-           "parse_int"]
+__all__ = ["FALSE_WORDS", "TRUE_WORDS", "cache_root", "env_flag", "env_float", "env_int", "env_text", "parse_flag",
+           "parse_float", "parse_int"]
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
@@ -102,3 +103,9 @@ def env_float(name: str, default: float | None = None, *, minimum: float | None 
     """The variable as a finite number (`parse_float`); `default` when unset or blank."""
     raw = env_text(name, environ=environ)
     return default if raw is None else parse_float(raw, name, minimum=minimum, above=above, what=what, hint=hint)
+
+
+def cache_root(*, environ: Mapping[str, str] | None = None) -> Path:
+    """kforge's cache folder: `$KFORGE_CACHE_DIR`, else `~/.cache/kforge` (kernels, modules, logs, sandbox caches)."""
+    named = env_text("KFORGE_CACHE_DIR", environ=environ)
+    return Path(named) if named is not None else Path.home() / ".cache" / "kforge"

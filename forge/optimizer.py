@@ -38,8 +38,6 @@ import concurrent.futures as cf
 import dataclasses
 import functools
 import logging
-import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +53,7 @@ from forge.checking.benchmarking import Bracket, NotCapturableError, samples_dev
 from forge.checking.integrity import Snapshot
 from forge.checking.spot_check import SpotCheckError
 from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
+from forge.env import env_float
 from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
@@ -130,15 +129,8 @@ def _aborted(exc: BaseException) -> str:
 def default_generation_timeout() -> float:
     """`$KFORGE_GENERATION_TIMEOUT` in seconds (default 21600); ValueError naming the variable when it is not a
     finite number >= 0."""
-    raw = os.environ.get(GENERATION_TIMEOUT_ENV)
-    if raw is None or raw.strip() == "":
-        return DEFAULT_GENERATION_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{GENERATION_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{GENERATION_TIMEOUT_ENV}={raw!r} must be a finite number of seconds >= 0")
+    value = env_float(GENERATION_TIMEOUT_ENV, DEFAULT_GENERATION_TIMEOUT_S, minimum=0, what="a number of seconds")
+    assert value is not None
     return value
 
 

@@ -477,9 +477,9 @@ def _cmd_prompts(args: argparse.Namespace) -> int:
     names = set(generator.supports_functions())
     profile = ModuleFunctionKernelProfiler(names).profile(model, data)
     requests = first_turn_requests(generator, profile, [n for n in profile.functions if n in names])
-    with open(args.out, "w") as handle:
-        for item in requests:
-            handle.write(json.dumps(item) + "\n")
+    from forge.atomic import write_text_atomic
+
+    write_text_atomic(args.out, "".join(json.dumps(item) + "\n" for item in requests))
     print(f"wrote {len(requests)} request(s) to {args.out}: {', '.join(r['function'] for r in requests)}")
     return 0
 
@@ -685,7 +685,9 @@ def _crash_log(argv: Sequence[str] | None) -> Path:
     """Write the current exception's traceback to a log file (cache folder, else the temp folder); its path."""
     text = f"kforge {' '.join(argv if argv is not None else sys.argv[1:])}\n\n{traceback.format_exc()}"
     stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    folder = Path(os.environ.get("KFORGE_CACHE_DIR") or Path.home() / ".cache" / "kforge") / "logs"
+    from forge.env import cache_root
+
+    folder = cache_root() / "logs"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"kforge-crash-{stamp}-{os.getpid()}.log"

@@ -113,11 +113,13 @@ class Isolation:
 
 
 def unsafe_allowed(explicit: bool | None = None) -> bool:
-    """Whether the user opted out of the boundary: `explicit` when given, else `KFORGE_UNSAFE_SANDBOX` is set to
-    1/true/yes."""
+    """Whether the user opted out of the boundary: `explicit` when given, else `KFORGE_UNSAFE_SANDBOX` is on
+    (1/true/yes/on; a value that is no flag is a one-line `SettingError`)."""
     if explicit is not None:
         return bool(explicit)
-    return os.environ.get(UNSAFE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    from forge.env import env_flag
+
+    return env_flag(UNSAFE_ENV, False)
 
 
 def sandbox_cache_dir() -> Path:

@@ -51,7 +51,7 @@ def _marker_source(marker: Path) -> str:
 def _plant(generator: LLMKernelGenerator, source: str, *, key: SigningKey | None = None) -> Path:
     """Write a cache entry for silu under the generator's key, as an attacker (key=None) or the user would."""
     cache_key = generator.cache_key_for(generator._task("silu", _samples())[0])
-    provider = GeneratedKernelProvider("silu", source, signatures=_samples())
+    provider = GeneratedKernelProvider("silu", source, language="triton", signatures=_samples())
     provider._ready = True
     document = {"key": cache_key, "provider": provider.to_dict(), "info": {"sandbox_speedup": 9.9}}
     if key is not None:
@@ -114,7 +114,7 @@ def test_a_signed_entry_is_served_and_still_screened(tmp_path, monkeypatch) -> N
 
 def test_put_signs_and_edits_or_moves_are_misses(tmp_path, caplog) -> None:
     cache = KernelCache(tmp_path / "cache")
-    provider = GeneratedKernelProvider("silu", SILU_OK, signatures=_samples())
+    provider = GeneratedKernelProvider("silu", SILU_OK, language="triton", signatures=_samples())
     provider._ready = True
     path = cache.put("a" * 64, provider, {"sandbox_speedup": 1.5})
     stored = json.loads(path.read_text())
@@ -139,7 +139,7 @@ def test_put_creates_a_private_key_when_none_is_configured(tmp_path, monkeypatch
 
     monkeypatch.delenv("KFORGE_SIGNING_KEY")
     cache = KernelCache(tmp_path / "cache")
-    provider = GeneratedKernelProvider("silu", SILU_OK, signatures=_samples())
+    provider = GeneratedKernelProvider("silu", SILU_OK, language="triton", signatures=_samples())
     provider._ready = True
     cache.put("c" * 64, provider)
     key_file = Path(os.environ["KFORGE_SIGNING_KEY_FILE"])

@@ -146,3 +146,22 @@ def test_cassette_lines_pair_each_request_with_its_reply_and_name_the_missing(tm
     cassette = tmp_path / "cassette.jsonl"
     cassette.write_text("\n".join(lines) + "\n")
     assert recorded_requests(cassette) == {"silu": request}
+
+
+def test_a_cassette_of_module_conversations_targets_those_classes_and_no_function(monkeypatch) -> None:
+    """The hf-llama H200 cassette holds a `LlamaRMSNorm` module conversation only: replaying it limits module kernels
+    to that class and writes no function kernel (an empty function list, not every function)."""
+    from agent import cli_support, demo_cassettes
+
+    shipped = demo_cassettes.demo_cassette("hf-llama", "cpu", folder=CASSETTE_DIR, language="triton")
+    assert shipped is None  # rendered on the H200 only
+    path = CASSETTE_DIR / "demo-hf-llama-nvidia-h200.jsonl"
+    monkeypatch.setattr(demo_cassettes, "device_slug", lambda device: "nvidia-h200")
+    args = _args(demo="hf-llama", modules=None)
+    config = _demo_cassette_config(args, LLMConfig())
+    assert config.cassette == path and config.cassette_mode == "replay"
+    assert args.modules == ["transformers.models.llama.modeling_llama.LlamaRMSNorm"]
+    assert args.replay_functions == () and cli_support._generated_functions(args) == ()
+    request = json.loads(path.read_text().splitlines()[0])["request"]
+    prompt = request["messages"][1]["content"]
+    assert "NVIDIA H200" in prompt and "ModelNew(original)" in prompt

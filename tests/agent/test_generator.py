@@ -268,13 +268,13 @@ def test_generation_timeout_cancels_in_flight_calls(tmp_path) -> None:
 
 
 def test_provider_restored_from_an_edited_plan_is_refused() -> None:
-    provider = GeneratedKernelProvider("silu", SILU_OK, signatures=_silu_samples())
+    provider = GeneratedKernelProvider("silu", SILU_OK, language="triton", signatures=_silu_samples())
     assert provider.prepare(_silu_samples())
     state = provider.to_dict()
     state["source"] = state["source"].replace("tl.exp(-x)", "tl.exp(x)")
     with pytest.raises(ValueError, match="sha256"):
         KernelProvider.from_dict(state)
-    forbidden = GeneratedKernelProvider("silu", SILU_FORBIDDEN)
+    forbidden = GeneratedKernelProvider("silu", SILU_FORBIDDEN, language="triton")
     assert not forbidden.prepare(_silu_samples())
 
 

@@ -501,7 +501,7 @@ def test_cuda_generated_silu_provider_uses_the_cache(tmp_path: Path) -> None:
     from forge.samples import Sample
 
     x = torch.randn(4, 512, 2816, device="cuda", dtype=torch.bfloat16)
-    provider = GeneratedKernelProvider("silu", _cassette_silu(), cache_dir=tmp_path)
+    provider = GeneratedKernelProvider("silu", _cassette_silu(), language="triton", cache_dir=tmp_path)
     assert provider.prepare([Sample((x,), {})])
     for _ in range(3):
         torch.testing.assert_close(provider(x), F.silu(x))

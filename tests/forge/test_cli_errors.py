@@ -198,7 +198,7 @@ def _generated_plan(path: Path, source: str, cache: Path) -> Path:
     from agent.provider import GeneratedKernelProvider
 
     sample = Sample((torch.randn(64),), {"inplace": False})
-    provider = GeneratedKernelProvider("silu", source, signatures=[sample], cache_dir=cache)
+    provider = GeneratedKernelProvider("silu", source, language="triton", signatures=[sample], cache_dir=cache)
     provider._ready = True  # no import here: the CLI under test loads it
     return KernelOptimizationPlan(entries=(PlanEntry(provider, (sample,)),)).save(path)
 
@@ -249,7 +249,7 @@ def test_plan_verify_stops_a_spinning_kernel_and_verifies_the_rest(tmp_path, mon
     from tests.forge.providers_for_tests import FastGeluProvider
 
     x = torch.randn(64)
-    spinning = GeneratedKernelProvider("silu", SILU_HANG, cache_dir=tmp_path / "cache")
+    spinning = GeneratedKernelProvider("silu", SILU_HANG, language="triton", cache_dir=tmp_path / "cache")
     spinning._ready = True
     gelu = FastGeluProvider()
     gelu.prepare([Sample((x,), {})])

@@ -154,7 +154,8 @@ def test_generated_source_that_fails_screening_is_refused_at_load(tmp_path, caps
     from tests.agent.kernels import SILU_FORBIDDEN
 
     sample = Sample((torch.randn(64),), {"inplace": False})
-    provider = GeneratedKernelProvider("silu", SILU_FORBIDDEN, signatures=[sample], cache_dir=tmp_path)
+    provider = GeneratedKernelProvider("silu", SILU_FORBIDDEN, language="triton", signatures=[sample],
+                                       cache_dir=tmp_path)
     provider._ready = True
     path = KernelOptimizationPlan(entries=(PlanEntry(provider, (sample,)),)).save(tmp_path / "plan.json")
     with pytest.raises(PlanLoadError, match=r"entry 0 \(silu\): generated kernel fails screening"):

@@ -42,7 +42,7 @@ def _generated_plan(path: Path, source: str = SILU_OK) -> Path:
     from agent.provider import GeneratedKernelProvider
 
     sample = _silu_sample()
-    provider = GeneratedKernelProvider("silu", source, signatures=[sample], metadata={"model": "m"},
+    provider = GeneratedKernelProvider("silu", source, language="triton", signatures=[sample], metadata={"model": "m"},
                                        cache_dir=path.parent / "cache")
     provider._ready = True  # nothing imported here
     return KernelOptimizationPlan(entries=(PlanEntry(provider, (sample,), source="generated"),)).save(path)
@@ -284,7 +284,7 @@ def test_optimize_reports_who_signed_the_saved_plan_or_how_to_sign_it(tmp_path, 
     from kforge.cli import _save_plan
 
     sample = _silu_sample()
-    provider = GeneratedKernelProvider("silu", SILU_OK, signatures=[sample])
+    provider = GeneratedKernelProvider("silu", SILU_OK, language="triton", signatures=[sample])
     provider._ready = True
     plan = KernelOptimizationPlan(entries=(PlanEntry(provider, (sample,), source="generated"),))
     _save_plan(plan, str(tmp_path / "signed.json"))
