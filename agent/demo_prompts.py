@@ -37,15 +37,7 @@ def capture(demo: str, device_kind: str, functions: list[str]):
     from forge.functional import functional_names
     from forge.profiler.interception import CallRecorder, ModuleScopedInterception
 
-    spec = get_demo(demo)
-    module = __import__(spec.model.__module__, fromlist=["x"])
-    config_fn = next(getattr(module, n) for n in dir(module) if n.endswith("_config") and callable(getattr(module, n)))
-    config = config_fn(device_kind)
-    with torch.device("meta"):
-        model = spec.model("meta", config=config)
-    data = spec.inputs("cpu", config=config)
-    data = [Sample(tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in s.args), dict(s.kwargs))
-            for s in data]
+    model, data = _meta_demo(demo, device_kind)
     recorder = CallRecorder(set(functions))
     interception = ModuleScopedInterception(model, recorder, functional_names())
     with torch.no_grad(), interception:

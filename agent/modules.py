@@ -32,6 +32,7 @@ from agent.languages import get_language
 from agent.provider import default_cache_dir
 from agent.screening import format_violations
 from forge.atomic import write_text_atomic
+from forge.errors import CandidateError
 from forge.judging.language import CandidateCode
 from forge.modules import ModuleKernelProvider, _key_from_repr
 from forge.samples import Sample
@@ -45,8 +46,10 @@ __all__ = ["GeneratedModuleProvider", "LLMModuleSource", "ParameterCopyError", "
 logger = logging.getLogger(__name__)
 
 
-class ParameterCopyError(ValueError):
-    """A `ModelNew` holds a parameter that is not one of the original instance's tensors (a copy)."""
+class ParameterCopyError(CandidateError, ValueError):
+    """A `ModelNew` holds a parameter that is not one of the original instance's tensors (a copy): `forbidden`."""
+
+    outcome = "forbidden"
 
 
 def _storages(module: nn.Module) -> set[int]:

@@ -13,7 +13,8 @@ each one means.
         ├── SpotCheckError           a timed pass computed something else (forge.checking.spot_check): `mismatch`
         ├── IntegrityError           it patched what judges or times it (forge.checking.integrity): `mismatch`
         ├── NotCapturableError       it cannot run under CUDA graphs (forge.checking.benchmarking): `runtime_error`
-        └── CandidateAbort           it raised SystemExit / KeyboardInterrupt / GeneratorExit (forge.outcome)
+        ├── CandidateAbort           it raised SystemExit / KeyboardInterrupt / GeneratorExit (forge.outcome)
+        └── ParameterCopyError       a module kernel copied the instance's weights (agent.modules): `forbidden`
 
 Each class's `outcome` (a `forge.outcome.Outcome` value) is what a report shows for it:
 `forge.outcome.outcome_of_exception` reads it, so no caller matches types or text to find a status. Some keep a

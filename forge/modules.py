@@ -41,7 +41,7 @@ from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "class_name",
-           "instance_key", "module_target_name", "plain_attributes", "record_module_calls"]
+           "declared_layer", "instance_key", "module_target_name", "plain_attributes", "record_module_calls"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,45 @@ def class_name(module: nn.Module | type) -> str:
 def module_target_name(module: nn.Module | type) -> str:
     """`"module:<qualified class name>"`: the plan's and the report's name for a module target."""
     return MODULE_PREFIX + class_name(module)
+
+
+@functools.cache
+def declared_layer(target_class: str) -> str | None:
+    """The layer name a model library declares for a swappable class, e.g. "RMSNorm" for transformers'
+    `@use_kernel_forward_from_hub("RMSNorm") class LlamaRMSNorm` (the seam the `kernels` package swaps forwards
+    through): `kernel_layer_name` on the class when `kernels` is installed, else the decorator in the class's source.
+    `target_class` is a qualified class name; None when it declares none (or cannot be imported)."""
+    import ast
+    import importlib
+    import inspect
+    import textwrap
+
+    kind: Any = None
+    for split in range(len(target_class.split(".")) - 1, 0, -1):  # nested qualnames: try the longest module first
+        parts = target_class.split(".")
+        try:
+            kind = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            kind = getattr(kind, attribute, None)
+        break
+    if not isinstance(kind, type):
+        return None
+    named = getattr(kind, "kernel_layer_name", None)
+    if isinstance(named, str):
+        return named
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(kind)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    node = tree.body[0] if tree.body else None
+    for decorator in getattr(node, "decorator_list", []):
+        func = decorator.func if isinstance(decorator, ast.Call) else None
+        called = getattr(func, "id", None) or getattr(func, "attr", None)
+        if called == "use_kernel_forward_from_hub" and decorator.args and isinstance(decorator.args[0], ast.Constant):
+            return str(decorator.args[0].value)
+    return None
 
 
 def _plain(value: Any) -> bool:

@@ -35,6 +35,7 @@ the type) and `make_plan` goes on; the user's Ctrl-C (a real SIGINT) and interru
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -59,7 +60,8 @@ from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge
-from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, record_module_calls
+from forge.judging.modules import changed_tensors, restored_if_written, tensor_digest
+from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, declared_layer, record_module_calls
 from forge.outcome import (
     CandidateAbort,
     CandidateCall,
@@ -134,6 +136,7 @@ def default_generation_timeout() -> float:
     return value
 
 
+_DECLARED_LAYER_SHARE = 1.0  # percent of the kernel time a declared swappable layer needs to be a module target
 _BACKBONE_SHARE = 0.5  # a module called once per pass that holds more of the kernel time than this is the model
 
 
@@ -477,11 +480,22 @@ class KernelOptimizer:
         root, total = class_name(module), self.module_profile.total_ms
         # A class called once per pass that holds most of the model (a backbone such as LlamaModel) is not a hot
         # module: compiling it is `--execution compile`, not a kernel.
+        # A class its library declares swappable (transformers' `use_kernel_forward_from_hub("RMSNorm")`: the layers
+        # the ecosystem already writes kernels for) is a target from a smaller share of its own.
         return [MODULE_PREFIX + row.module_class for row in frame.itertuples()
-                if row.module_class != root and row.outside_f_pct >= self.module_min_time_share_percent
+                if row.module_class != root
+                and (row.outside_f_pct >= self.module_min_time_share_percent
+                     or (declared_layer(row.module_class) is not None and row.self_pct >= _DECLARED_LAYER_SHARE
+                         and row.outside_f_pct > 0))
                 and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)
-                and (self.module_classes is None or row.module_class in self.module_classes
-                     or row.module_class.rsplit(".", 1)[-1] in self.module_classes)]
+                and self._module_wanted(row.module_class)]
+
+    def _module_wanted(self, qualified: str) -> bool:
+        """Whether `module_classes` (when given) names the class: qualified, bare, or by its declared layer name."""
+        if self.module_classes is None:
+            return True
+        names = {qualified, qualified.rsplit(".", 1)[-1], declared_layer(qualified)}
+        return bool(names & self.module_classes)
 
     def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
@@ -534,6 +548,14 @@ class KernelOptimizer:
             status = ReportStatus.GENERATION_FAILED if kind == "generated" else ReportStatus.PREPARE_REFUSED
             self._row(name, provider.name, kind, status, error=why)
             return None
+        # Generated code gets the live instance: its weights are copied aside and put back if it wrote to them.
+        with restored_if_written(representative) if kind == "generated" else contextlib.nullcontext():
+            return self._judged_module_entry(name, provider, kind, instances, samples, counts)
+
+    def _judged_module_entry(self, name: str, provider: ModuleKernelProvider, kind: str, instances: list[nn.Module],
+                             samples: list[Sample], counts: list[int]) -> PlanEntry | None:
+        """Judge one prepared module provider on the group's first instance, then time it (`_module_candidate`)."""
+        representative = instances[0]
         original = functools.partial(type(representative).forward, representative)
         target = InstanceTarget.of(representative, samples, counts)
         progress("%s: judging %s", name, provider.name)
@@ -559,11 +581,17 @@ class KernelOptimizer:
             return None
         utils = self._timing_utils
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
+        weights = tensor_digest(representative)
         try:
             first = utils.benchmark(original, timed)
             with candidate_code():
                 result = utils.benchmark(bound, timed, reference=original)
             second = utils.benchmark(original, timed)
+            written = changed_tensors(weights, representative)
+            if written:
+                self._row(name, provider.name, kind, ReportStatus.FORBIDDEN,
+                          error=f"wrote to the instance's {', '.join(written[:5])} while timed")
+                return None
         except SpotCheckError as exc:
             self._row(name, provider.name, kind, ReportStatus.MISMATCH, error=str(exc))
             return None

@@ -136,8 +136,9 @@ _ISSUE_FIELDS = ("kind", "sample", "case", "run", "leaf", "bad_elements", "eleme
 class ValidationIssue(str):
     """One problem found by `validate`; its string value is the readable message (see the module docstring).
 
-    kind: `Outcome.MISMATCH` (wrong values, structure, aliasing, non-determinism) or `Outcome.RUNTIME_ERROR` (the
-    candidate raised; `exception_type` names it). sample: index of the unique sample; case: `"captured"` or
+    kind: `Outcome.MISMATCH` (wrong values, structure, aliasing, non-determinism), `Outcome.RUNTIME_ERROR` (the
+    candidate raised; `exception_type` names it) or `Outcome.FORBIDDEN` (it did what a kernel may not, such as
+    writing to the module instance it was handed). sample: index of the unique sample; case: `"captured"` or
     `"fresh #1"`...; run: which of the oracle's runs; leaf: the output (or mutated input) leaf, e.g. `output[0]`.
     bad_elements / elements, max_abs_error / max_rel_error, worst_index and expected / got / allowed there: for value
     mismatches. rows: the worst elements (`MismatchRow`), worst first.
@@ -235,11 +236,15 @@ def issue_of(error: str) -> ValidationIssue:
 
 
 def outcome_of_issues(errors: Iterable[str]) -> Outcome:
-    """`ok` for no issues, `runtime_error` when the candidate raised anywhere, else `mismatch`."""
+    """`ok` for no issues; `forbidden` when the candidate did what a kernel may not; else `runtime_error` when it
+    raised anywhere; else `mismatch`."""
     kinds = [issue_of(e).kind for e in errors]
     if not kinds:
         return Outcome.OK
-    return Outcome.RUNTIME_ERROR if Outcome.RUNTIME_ERROR in kinds else Outcome.MISMATCH
+    for kind in (Outcome.FORBIDDEN, Outcome.RUNTIME_ERROR):
+        if kind in kinds:
+            return kind
+    return Outcome.MISMATCH
 
 
 def outcome_of_exception(exc: BaseException) -> Outcome:

@@ -413,6 +413,18 @@ def _make_compiled(
     return compiled
 
 
+def _op_calls(op: ProviderOp | None, entry: PlanEntry) -> tuple[tuple[int, _CallPattern], ...]:
+    """The entry's validated signatures that `op` registered, as (op index, traced-guard pattern)."""
+    if op is None:
+        return ()
+    calls = []
+    for template in entry.signatures:
+        index = op.register(template)
+        if index is not None:
+            calls.append((index, call_pattern(template)))
+    return tuple(calls)
+
+
 # The counters a module instance's custom op reports to: those of the runtime that patched it, while it does.
 _MODULE_STATS: weakref.WeakKeyDictionary[nn.Module, DispatchStats] = weakref.WeakKeyDictionary()
 
@@ -427,12 +439,7 @@ def _module_traced_path(entry: PlanEntry, sub: nn.Module, replacement: Callable[
         held = weakref.ref(sub)
         op = module_op(entry.provider, sub, replacement, original,
                        lambda _function, _provider: _MODULE_STATS.get(held()) if held() is not None else None)
-    calls: list[tuple[int, _CallPattern]] = []
-    if op is not None:
-        for template in entry.signatures:
-            index = op.register(template)
-            if index is not None:
-                calls.append((index, call_pattern(template)))
+    calls = _op_calls(op, entry)
 
     def traced(args: tuple, kwargs: dict) -> Any:
         if calls and _eligible(args, kwargs):
@@ -562,13 +569,7 @@ class KernelProviderRuntime:
     @staticmethod
     def _compiled_path(entry: PlanEntry) -> Callable[[Entry, tuple, dict], Any]:
         op = provider_op(entry.provider, _active_stats)
-        calls: list[tuple[int, _CallPattern]] = []
-        if op is not None:
-            for template in entry.signatures:
-                index = op.register(template)
-                if index is not None:
-                    calls.append((index, call_pattern(template)))
-        return _make_compiled(entry.function, op, tuple(calls))
+        return _make_compiled(entry.function, op, _op_calls(op, entry))
 
     @property
     def entries(self) -> tuple[PlanEntry, ...]:

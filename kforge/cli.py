@@ -389,9 +389,12 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def _hot_modules(profile: Any, top: int = 10) -> pd.DataFrame:
+    from forge.modules import declared_layer
+
     hot = profile.hot(top).copy()
+    hot["layer"] = hot["module_class"].map(lambda name: declared_layer(name) or "")  # the library's swappable layer
     hot["module_class"] = hot["module_class"].map(lambda name: name.rsplit(".", 1)[-1])
-    return hot[["module_class", "leaf", "calls", "self_ms", "outside_f_ms", "self_pct", "outside_f_pct",
+    return hot[["module_class", "layer", "leaf", "calls", "self_ms", "outside_f_ms", "self_pct", "outside_f_pct",
                 "inclusive_ms"]]
 
 
@@ -602,7 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "module kernel (torch.compile of the class's forward, and a generated ModelNew when an "
                           "LLM is configured; default 3)")
     opt.add_argument("--modules", nargs="+", default=None, metavar="CLASS",
-                     help="only these module classes get module kernels (bare or qualified names, e.g. LlamaRMSNorm)")
+                     help="only these module classes get module kernels (bare or qualified names, or the layer name "
+                          "the library declares, e.g. LlamaRMSNorm or RMSNorm)")
     opt.add_argument("--generator-threshold", type=percent_argument, default=10.0, metavar="PCT",
                      help="minimum time share for kernel generation (default 10)")
     opt.add_argument("--generation-timeout", type=seconds_argument, default=None, metavar="S",

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge.checking.kernel_utils import KernelUtils
-from forge.judging.modules import ModelCall, check_module
-from forge.judging.targets import FunctionTarget, ModuleTarget
+from forge.judging.modules import ModelCall, changed_tensors, check_module, tensor_digest
+from forge.judging.targets import FunctionTarget, InstanceTarget, ModuleTarget
 from forge.judging.verdict import Verdict
 from forge.outcome import CandidateCall, HarnessError, Outcome, ValidationIssue, issue_of, outcome_of_issues
 from forge.samples import Sample
@@ -120,8 +120,11 @@ class Judge:
                 errors, outcome, details = self._module_in_process(candidate, target, trusted, utils)
             else:
                 fn = candidate if not trusted else TrustedCall(candidate)
+                before = tensor_digest(target.module) if isinstance(target, InstanceTarget) else None
                 errors = [issue_of(e) for e in utils.validate(target.reference_fn, CandidateCall(fn),
                                                               list(target.samples))]
+                if before is not None:
+                    errors += _written_weights(before, target.module)
                 outcome, details = outcome_of_issues(errors), {"phase": "validation"}
         except HarnessError as exc:
             return Verdict(Outcome.HARNESS_ERROR, _short(exc.reason),
@@ -160,6 +163,17 @@ class Judge:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _written_weights(before: dict[str, str], module: Any) -> list[ValidationIssue]:
+    """A module kernel runs here with the live instance in hand: its parameters and buffers must come out as they
+    went in (the reference shares them, so a kernel that rewrote them would be compared with itself)."""
+    changed = changed_tensors(before, module)
+    if not changed:
+        return []
+    return [ValidationIssue(f"the candidate wrote to the original module's {', '.join(changed[:5])}"
+                            f"{' ...' if len(changed) > 5 else ''}: a module kernel may only read the instance's "
+                            "parameters and buffers", kind=Outcome.FORBIDDEN)]
 
 
 class TrustedCall:

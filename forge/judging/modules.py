@@ -32,7 +32,8 @@ from forge.samples import Sample, TensorSpec, iter_tensors, map_values
 from forge.source_files import load_source_text
 
 __all__ = ["LARGE_MODULE_INPUT_BYTES", "SLOW_MODULE_SEED_S", "ModelCall", "ModuleCheck", "ModuleSource",
-           "ReferenceModel", "ScaledCheck", "check_module", "seeded"]
+           "ReferenceModel", "ScaledCheck", "changed_tensors", "check_module", "restored_if_written", "seeded",
+           "tensor_digest"]
 
 
 @contextmanager
@@ -205,6 +206,51 @@ class ReferenceModel:
             return out
         finally:
             self.seconds += time.perf_counter() - started
+
+
+def tensor_digest(module: torch.nn.Module) -> dict[str, str]:
+    """A digest of the bytes of every parameter and buffer of `module` (name -> blake2b hex), to tell whether code
+    that was handed the live instance (a module kernel's `ModelNew(original)`) wrote to them. Reads each tensor once
+    (a device-to-host copy on a GPU)."""
+    import hashlib
+
+    found = {}
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        data = tensor.detach()
+        if data.layout != torch.strided or data.device.type == "meta":
+            continue
+        raw = data.contiguous().reshape(-1).view(torch.uint8) if data.numel() else data.reshape(-1)
+        found[name] = hashlib.blake2b(raw.cpu().numpy().tobytes(), digest_size=16).hexdigest()
+    return found
+
+
+def changed_tensors(before: dict[str, str], module: torch.nn.Module) -> list[str]:
+    """The names whose digest differs from `before` (`tensor_digest`)."""
+    after = tensor_digest(module)
+    return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+
+
+@contextmanager
+def restored_if_written(module: torch.nn.Module) -> Iterator[None]:
+    """Copy `module`'s parameters and buffers aside (to host memory) for the block and write back any that code in
+    the block changed (a generated module kernel handed the live instance): judging a candidate never leaves the
+    user's model altered. What it wrote is still the candidate's verdict (`changed_tensors`)."""
+    import logging
+
+    tensors = dict([*module.named_parameters(), *module.named_buffers()])
+    saved = {name: t.detach().to("cpu", copy=True) for name, t in tensors.items() if t.layout == torch.strided}
+    before = tensor_digest(module)
+    try:
+        yield
+    finally:
+        written = changed_tensors(before, module)
+        if written:
+            logging.getLogger(__name__).warning("a candidate wrote to %s of %s; restored", ", ".join(written[:5]),
+                                                type(module).__name__)
+            with torch.no_grad():
+                for name in written:
+                    if name in saved and name in tensors:
+                        tensors[name].copy_(saved[name])
 
 
 class ModelCall:

@@ -148,6 +148,29 @@ def test_a_modelnew_that_copies_a_parameter_is_refused_when_bound() -> None:
     check_shares_parameters(Sharing(norm), norm)
 
 
+def test_a_module_kernel_that_writes_to_the_live_instance_is_refused_and_the_weights_are_restored(judge) -> None:
+    """In this process a module kernel holds the user's instance, and the reference shares its tensors: a kernel
+    that rewrote them would be compared with itself. The judge compares digests of every parameter and buffer (here
+    a write that leaves every output right, so only that check can see it), and the optimizer puts them back
+    (`restored_if_written`)."""
+    from forge.judging.modules import restored_if_written
+
+    norm, sample = _norm()
+    norm.register_buffer("seen", torch.zeros(1))
+
+    def counts_calls(hidden_states):  # stands in for a kernel that stores into a pointer of the instance's
+        with torch.no_grad():
+            norm.seen.add_(1)
+        return norm(hidden_states)
+
+    with restored_if_written(norm):
+        verdict = judge.judge_callable(counts_calls, InstanceTarget.of(norm, [sample]))
+    assert verdict.status is Outcome.FORBIDDEN and "wrote to the original module's seen" in verdict.message
+    assert norm.seen.item() == 0  # put back
+    honest = judge.judge_callable(lambda hidden_states: norm(hidden_states), InstanceTarget.of(norm, [sample]))
+    assert honest.ok, honest.message
+
+
 def test_the_instance_prompt_shows_the_forward_its_attributes_parameters_and_calls() -> None:
     norm, sample = _norm()
     task = InstanceTask.from_instance(norm, [(3, sample)], language="triton")
@@ -236,3 +259,14 @@ def test_the_optimizer_gets_a_judged_modelnew_for_a_hot_class_and_the_plan_runs_
         torch.testing.assert_close(got_compiled, expected, rtol=1e-4, atol=1e-4)
         assert runtime.stats["module:" + RMS_CLASS].provider_calls == len(norms)
         assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+def test_a_library_declared_layer_is_found_and_named_like_its_class() -> None:
+    """transformers declares `LlamaRMSNorm` swappable as "RMSNorm" (`use_kernel_forward_from_hub`): that name is a
+    module target's name too, and `Linear` declares nothing."""
+    from forge.modules import declared_layer
+
+    assert declared_layer(RMS_CLASS) == "RMSNorm"
+    assert declared_layer("torch.nn.modules.linear.Linear") is None and declared_layer("no.such.Class") is None
+    optimizer = KernelOptimizer(kernel_providers=[], module_classes=["RMSNorm"], end_to_end_check=False)
+    assert optimizer._module_wanted(RMS_CLASS) and not optimizer._module_wanted("torch.nn.modules.linear.Linear")
