@@ -29,9 +29,8 @@ import torch
 from torch import nn
 
 from agent.languages import get_language
-from agent.provider import default_cache_dir
+from agent.provider import cached_source_file
 from agent.screening import format_violations
-from forge.atomic import write_text_atomic
 from forge.errors import CandidateError
 from forge.judging.language import CandidateCode
 from forge.modules import ModuleKernelProvider, _key_from_repr
@@ -139,12 +138,9 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
             if violations:
                 raise ValueError(f"the generated ModelNew for {self.target_class} fails screening and will not be "
                                  "imported:\n" + format_violations(violations))
-            folder = (self.cache_dir or default_cache_dir()) / "modules"
-            folder.mkdir(parents=True, exist_ok=True)
             short = self.target_class.rsplit(".", 1)[-1]
-            path = folder / f"{short}_{self.source_hash[:16]}{language.file_suffix}"
-            if not path.exists() or path.read_text() != self.source:
-                write_text_atomic(path, self.source)
+            path = cached_source_file(self.source, language, self.cache_dir, "modules",
+                                      f"{short}_{self.source_hash[:16]}")
             self._class = language.load(path, f"kforge_module_{short}_{self.source_hash[:16]}", "ModelNew")
             return self._class
 

@@ -31,7 +31,7 @@ from forge.judging.language import CandidateCode
 from forge.provider import KernelProvider
 from forge.samples import Sample, sample_from_json, sample_to_json, spec_sample
 
-__all__ = ["GeneratedKernelProvider", "default_cache_dir"]
+__all__ = ["GeneratedKernelProvider", "cached_source_file", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,17 @@ _LEGACY_LANGUAGE = "triton"
 def default_cache_dir() -> Path:
     """`$KFORGE_CACHE_DIR`, else `~/.cache/kforge` (`forge.env.cache_root`)."""
     return cache_root()
+
+
+def cached_source_file(source: str, language: Any, cache_dir: str | os.PathLike | None, kind: str, stem: str) -> Path:
+    """`<cache>/<kind>/<stem><suffix>` holding `source` (written atomically unless it already does): the file a
+    generated kernel or module is imported from, named by its content hash."""
+    folder = Path(cache_dir or default_cache_dir()) / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}{language.file_suffix}"
+    if not path.exists() or path.read_text() != source:
+        write_text_atomic(path, source)
+    return path
 
 
 class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
@@ -98,11 +109,8 @@ class GeneratedKernelProvider(KernelProvider, type_name="generated_kernel"):
                     f"generated kernel for {self.function} fails screening and will not be imported:\n"
                     + format_violations(violations)
                 )
-            folder = (self.cache_dir or default_cache_dir()) / "kernels"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{self.function}_{self.source_hash[:16]}{language.file_suffix}"
-            if not path.exists() or path.read_text() != self.source:
-                write_text_atomic(path, self.source)
+            path = cached_source_file(self.source, language, self.cache_dir, "kernels",
+                                      f"{self.function}_{self.source_hash[:16]}")
             module_name = f"kforge_generated_{self.function}_{self.source_hash[:16]}"
             entry = language.load(path, module_name)
             if self.entry_point != language.entry_point:

@@ -71,8 +71,8 @@ def declared_layer(target_class: str) -> str | None:
     import textwrap
 
     kind: Any = None
-    for split in range(len(target_class.split(".")) - 1, 0, -1):  # nested qualnames: try the longest module first
-        parts = target_class.split(".")
+    parts = target_class.split(".")
+    for split in range(len(parts) - 1, 0, -1):  # nested qualnames: try the longest module first
         try:
             kind = importlib.import_module(".".join(parts[:split]))
         except ImportError:
@@ -239,18 +239,16 @@ class CompiledModuleProvider(ModuleKernelProvider, type_name="torch_compile_modu
     def __init__(self, target_class: str, mode: str | None = None) -> None:
         super().__init__(target_class)
         self.mode = mode
-        self._compiled: dict[type, Callable[..., Any]] = {}
+        self._compiled: Callable[..., Any] | None = None  # one graph for every instance it serves (one class)
 
     @property
     def name(self) -> str:
         return f"torch.compile({self.target_class.rsplit('.', 1)[-1]}.forward)"
 
     def _bind(self, module: nn.Module) -> Callable[..., Any]:
-        kind = type(module)
-        compiled = self._compiled.get(kind)
-        if compiled is None:
-            compiled = self._compiled[kind] = torch.compile(kind.forward, mode=self.mode, dynamic=False)
-        return functools.partial(compiled, module)
+        if self._compiled is None:
+            self._compiled = torch.compile(type(module).forward, mode=self.mode, dynamic=False)
+        return functools.partial(self._compiled, module)
 
     def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],
                            counts: list[int] | None = None) -> bool:

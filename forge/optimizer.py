@@ -35,7 +35,6 @@ the type) and `make_plan` goes on; the user's Ctrl-C (a real SIGINT) and interru
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -60,7 +59,7 @@ from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge
-from forge.judging.modules import changed_tensors, restored_if_written, tensor_digest
+from forge.judging.modules import WeightGuard, restored_if_written
 from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, declared_layer, record_module_calls
 from forge.outcome import (
     CandidateAbort,
@@ -548,13 +547,15 @@ class KernelOptimizer:
             status = ReportStatus.GENERATION_FAILED if kind == "generated" else ReportStatus.PREPARE_REFUSED
             self._row(name, provider.name, kind, status, error=why)
             return None
-        # Generated code gets the live instance: its weights are copied aside and put back if it wrote to them.
-        with restored_if_written(representative) if kind == "generated" else contextlib.nullcontext():
-            return self._judged_module_entry(name, provider, kind, instances, samples, counts)
+        # Every candidate gets the live instance, and must not write to it; generated code's weights are also copied
+        # aside and put back if it did.
+        with restored_if_written(representative, restore=kind == "generated") as weights:
+            return self._judged_module_entry(name, provider, kind, instances, samples, counts, weights)
 
     def _judged_module_entry(self, name: str, provider: ModuleKernelProvider, kind: str, instances: list[nn.Module],
-                             samples: list[Sample], counts: list[int]) -> PlanEntry | None:
-        """Judge one prepared module provider on the group's first instance, then time it (`_module_candidate`)."""
+                             samples: list[Sample], counts: list[int], weights: WeightGuard) -> PlanEntry | None:
+        """Judge one prepared module provider on the group's first instance, then time it (`_module_candidate`);
+        `weights` watches the instance's tensors from before the replacement was built."""
         representative = instances[0]
         original = functools.partial(type(representative).forward, representative)
         target = InstanceTarget.of(representative, samples, counts)
@@ -581,16 +582,15 @@ class KernelOptimizer:
             return None
         utils = self._timing_utils
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
-        weights = tensor_digest(representative)
         try:
             first = utils.benchmark(original, timed)
             with candidate_code():
                 result = utils.benchmark(bound, timed, reference=original)
             second = utils.benchmark(original, timed)
-            written = changed_tensors(weights, representative)
+            written = weights.changed()
             if written:
                 self._row(name, provider.name, kind, ReportStatus.FORBIDDEN,
-                          error=f"wrote to the instance's {', '.join(written[:5])} while timed")
+                          error=f"wrote to the instance's {', '.join(written[:5])} while built or timed")
                 return None
         except SpotCheckError as exc:
             self._row(name, provider.name, kind, ReportStatus.MISMATCH, error=str(exc))

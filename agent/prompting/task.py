@@ -24,7 +24,16 @@ import torch
 from agent.languages import language_names
 from agent.roofline import device_description, samples_device
 from forge.functional import original_function
-from forge.samples import Sample, TensorSpec, clone_value, map_values, sample_to_json, spec_sample, value_to_json
+from forge.samples import (
+    Sample,
+    TensorSpec,
+    clone_value,
+    dtype_name,
+    map_values,
+    sample_to_json,
+    spec_sample,
+    value_to_json,
+)
 
 __all__ = ["InstanceTask", "KernelTask", "ModuleTask", "SampleEntry"]
 
@@ -303,7 +312,7 @@ def _helpers(function: Any) -> list[tuple[str, str]]:
 
 
 def _tensor_line(kind: str, tensor: torch.Tensor) -> str:
-    return f"{kind}, shape {tuple(tensor.shape)}, {str(tensor.dtype).removeprefix('torch.')}, on {tensor.device}"
+    return f"{kind}, shape {tuple(tensor.shape)}, {dtype_name(tensor.dtype)}, on {tensor.device}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -406,7 +415,7 @@ class InstanceTask:
 
 def _describe_output(out: Any) -> str:
     if isinstance(out, torch.Tensor):
-        return f"tensor {str(out.dtype).removeprefix('torch.')}, shape {tuple(out.shape)}, stride {tuple(out.stride())}"
+        return f"tensor {dtype_name(out.dtype)}, shape {tuple(out.shape)}, stride {tuple(out.stride())}"
     if isinstance(out, (tuple, list)):
         inner = ", ".join(_describe_output(o) for o in out)
         return f"{type(out).__name__} of ({inner})"

@@ -32,8 +32,8 @@ from forge.samples import Sample, TensorSpec, iter_tensors, map_values
 from forge.source_files import load_source_text
 
 __all__ = ["LARGE_MODULE_INPUT_BYTES", "SLOW_MODULE_SEED_S", "ModelCall", "ModuleCheck", "ModuleSource",
-           "ReferenceModel", "ScaledCheck", "changed_tensors", "check_module", "restored_if_written", "seeded",
-           "tensor_digest"]
+           "ReferenceModel", "ScaledCheck", "WeightGuard", "changed_tensors", "check_module", "restored_if_written",
+           "seeded", "tensor_digest"]
 
 
 @contextmanager
@@ -230,20 +230,33 @@ def changed_tensors(before: dict[str, str], module: torch.nn.Module) -> list[str
     return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
 
 
+class WeightGuard:
+    """What `restored_if_written` yields: `changed()` names the parameters and buffers written since it began."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.before = tensor_digest(module)
+
+    def changed(self) -> list[str]:
+        return changed_tensors(self.before, self.module)
+
+
 @contextmanager
-def restored_if_written(module: torch.nn.Module) -> Iterator[None]:
-    """Copy `module`'s parameters and buffers aside (to host memory) for the block and write back any that code in
-    the block changed (a generated module kernel handed the live instance): judging a candidate never leaves the
-    user's model altered. What it wrote is still the candidate's verdict (`changed_tensors`)."""
+def restored_if_written(module: torch.nn.Module, *, restore: bool = True) -> Iterator[WeightGuard]:
+    """For the block, watch `module`'s parameters and buffers (`WeightGuard.changed`) and, with `restore`, copy them
+    aside (to host memory) and write back any that code in the block changed (a generated module kernel handed the
+    live instance): judging a candidate never leaves the user's model altered. What it wrote is still the
+    candidate's verdict."""
     import logging
 
     tensors = dict([*module.named_parameters(), *module.named_buffers()])
-    saved = {name: t.detach().to("cpu", copy=True) for name, t in tensors.items() if t.layout == torch.strided}
-    before = tensor_digest(module)
+    saved = ({name: t.detach().to("cpu", copy=True) for name, t in tensors.items() if t.layout == torch.strided}
+             if restore else {})
+    guard = WeightGuard(module)
     try:
-        yield
+        yield guard
     finally:
-        written = changed_tensors(before, module)
+        written = guard.changed() if restore else []
         if written:
             logging.getLogger(__name__).warning("a candidate wrote to %s of %s; restored", ", ".join(written[:5]),
                                                 type(module).__name__)
