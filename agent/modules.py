@@ -98,6 +98,13 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         tag = self.source_hash[:8] if self.source is not None else "not written"
         return f"generated {self.language} {short} [{tag}{', ' + model if model else ''}]"
 
+    def sibling(self) -> GeneratedModuleProvider | None:
+        """The same file, for another behaviour group of the class (judged there on its own)."""
+        if self.source is None:
+            return None
+        return GeneratedModuleProvider(self.target_class, self.source, language=self.language,
+                                       metadata=self.metadata, cache_dir=self.cache_dir)
+
     # -- writing and loading ---------------------------------------------------------------------------
     def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],
                            counts: list[int] | None = None) -> bool:

@@ -215,6 +215,12 @@ class ModuleKernelProvider(KernelProvider):
                 bound = self._bound[id(module)] = self._bind(module)
             return bound
 
+    def sibling(self) -> ModuleKernelProvider | None:
+        """A fresh provider of this one's code for another behaviour group of the class, without the work that
+        wrote it (a generated file: no second conversation), to be prepared and judged on that group; None when
+        the source should be asked again (the default)."""
+        return None
+
     def _prepare(self, samples: list[Sample]) -> bool:
         raise TypeError(f"{type(self).__name__} is prepared with prepare_instances(instances, samples)")
 

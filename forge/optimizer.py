@@ -72,7 +72,7 @@ from forge.outcome import (
 )
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
-from forge.profiler.modules import ModuleProfile, profile_modules
+from forge.profiler.modules import ModuleProfile, Reach, profile_modules
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
@@ -188,6 +188,7 @@ class _Run:
     rows: list[dict[str, Any]] = field(default_factory=list)
     profile_summary: pd.DataFrame | None = None
     module_profile: ModuleProfile | None = None
+    module_targets: tuple[str, ...] = ()
     clock: ClockChoice | None = None
     end_to_end: pd.DataFrame | None = None
     plan_check: PlanCheck | None = None
@@ -202,17 +203,34 @@ class _Run:
 class PlanResult:
     """Everything one `make_plan` found (`KernelOptimizer.optimize`): the plan; `report`, one row per candidate
     (status, outcome, latency, speedup, error); `profile_summary`, time per function; `module_profile`, kernel time
-    by module class; `clock`, how kernels were compared; `end_to_end` and `plan_check`, the whole-model check;
-    `selected_entries`, the per-function winners before that check."""
+    by module class, and `module_targets`, the classes module kernels were sought for (qualified names); `clock`,
+    how kernels were compared; `end_to_end` and `plan_check`, the whole-model check; `selected_entries`, the
+    per-function winners before that check."""
 
     plan: KernelOptimizationPlan
     report: pd.DataFrame
     profile_summary: pd.DataFrame | None = None
     module_profile: ModuleProfile | None = None
+    module_targets: tuple[str, ...] = ()
     clock: ClockChoice | None = None
     end_to_end: pd.DataFrame | None = None
     plan_check: PlanCheck | None = None
     selected_entries: tuple[PlanEntry, ...] = ()
+
+    @property
+    def reach(self) -> Reach | None:
+        """The share of the kernel time this run could reach (F calls and module targets), when profiled by module."""
+        return self.module_profile.reach(self.module_targets) if self.module_profile is not None else None
+
+
+@dataclass(frozen=True)
+class _ModuleTry:
+    """One module source tried on one behaviour group: the provider once prepared (its code, for the class's other
+    groups), the entry when it won, and whether it was judged correct."""
+
+    provider: ModuleKernelProvider | None = None
+    entry: PlanEntry | None = None
+    judged: bool = False
 
 
 @dataclass
@@ -297,6 +315,8 @@ class KernelOptimizer:
     report = property(lambda self: self._run.report, doc="Every candidate: status, outcome, latency, error.")
     profile_summary = property(lambda self: self._run.profile_summary, doc="Time per function of the model.")
     module_profile = property(lambda self: self._run.module_profile, doc="Kernel time by module class.")
+    module_targets = property(lambda self: self._run.module_targets,
+                              doc="The module classes module kernels were sought for (qualified names).")
     clock = property(lambda self: self._run.clock, doc="The selection clock and the measurements behind it.")
     end_to_end = property(lambda self: self._run.end_to_end, doc="The end-to-end check's table.")
     plan_check = property(lambda self: self._run.plan_check, doc="The end-to-end check (`PlanCheck`).")
@@ -357,7 +377,8 @@ class KernelOptimizer:
                                    compile_options=compile_options)
         run = self._run
         self.last_result = PlanResult(plan=plan, report=run.report, profile_summary=run.profile_summary,
-                                      module_profile=run.module_profile, clock=run.clock,
+                                      module_profile=run.module_profile, module_targets=run.module_targets,
+                                      clock=run.clock,
                                       end_to_end=run.end_to_end, plan_check=run.plan_check,
                                       selected_entries=run.selected_entries)
         return self.last_result
@@ -401,7 +422,7 @@ class KernelOptimizer:
         profile = profiler.profile(function, data, module=module)
         summary = profile.summary()
         device = getattr(profile, "device", None)
-        if summary.empty:
+        if summary.empty and not self.module_sources:  # module kernels may still take the glue
             logger.info("No torch.nn.functional calls found inside the module: returning an empty plan.")
             self._run.profile_summary = summary
             return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
@@ -500,6 +521,7 @@ class KernelOptimizer:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
         already replaced are skipped."""
         wanted = self._module_classes(module)
+        self._run.module_targets = tuple(name[len(MODULE_PREFIX):] for name in wanted)
         if not wanted:
             return []
         samples = normalize_data(data) or [Sample((), {})]
@@ -519,43 +541,69 @@ class KernelOptimizer:
             if any(_nested(m, t) for m in instances for t in taken):
                 logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
                 continue
+            written: dict[int, ModuleKernelProvider] = {}  # per source: code it wrote for an earlier group
             for key, group in calls.instances.items():
-                won = [entry for source in self.module_sources
-                       if (entry := self._module_candidate(name, source, group, calls.samples[key],
-                                                           calls.counts[key])) is not None]
+                won = []
+                for index, source in enumerate(self.module_sources):
+                    tried = self._module_try(name, source, written.get(index), group, calls.samples[key],
+                                             calls.counts[key])
+                    if tried.provider is not None:
+                        written[index] = tried.provider
+                    if tried.entry is not None:
+                        won.append(tried.entry)
                 if won:  # every source is judged and timed; the fastest serves the group
                     entries.append(min(won, key=lambda e: e.latency_ms))
                     taken += group
         return entries
 
-    def _module_candidate(self, name: str, source: Callable[[str], ModuleKernelProvider], instances: list[nn.Module],
-                          samples: list[Sample], counts: list[int]) -> PlanEntry | None:
+    def _module_try(self, name: str, source: Callable[[str], ModuleKernelProvider],
+                    earlier: ModuleKernelProvider | None, instances: list[nn.Module], samples: list[Sample],
+                    counts: list[int]) -> _ModuleTry:
+        """One source for one behaviour group of a class. Code the source wrote for another group of the class
+        (`ModuleKernelProvider.sibling`: a `ModelNew` file) is judged on this group first, so a class whose
+        instances differ only in a plain attribute (Llama's sixteen `LlamaAttention`s, one `layer_idx` each) costs
+        one conversation, not sixteen; only when it is not correct here does the source write another."""
+        sibling = earlier.sibling() if earlier is not None else None
+        if sibling is not None:
+            tried = self._module_candidate(name, lambda: sibling, sibling.name, instances, samples, counts)
+            if tried.judged:
+                return _ModuleTry(earlier, tried.entry, True)
+            progress("%s: %s is not correct for another group of instances; asking its source again", name,
+                     sibling.name)
+        return self._module_candidate(name, lambda: source(name[len(MODULE_PREFIX):]), str(source), instances,
+                                      samples, counts)
+
+    def _module_candidate(self, name: str, make: Callable[[], ModuleKernelProvider], label: str,
+                          instances: list[nn.Module], samples: list[Sample], counts: list[int]) -> _ModuleTry:
         """One class's instances of one behaviour (`instance_key`): prepare, judge against the original forward
         (float64 on an upcast copy of the instance: `ReferenceModel`), time between two baseline runs."""
         representative = instances[0]
         try:
             with candidate_code():
-                provider = source(name[len(MODULE_PREFIX):])
+                provider = make()
                 progress("%s: preparing %s", name, provider.name)
                 ready = provider.prepare_instances(instances, samples, counts)
         except Exception as exc:  # noqa: BLE001 - reported
-            self._row(name, str(source), "static", ReportStatus.RUNTIME_ERROR, error=f"prepare raised {_aborted(exc)}")
-            return None
+            self._row(name, label, "static", ReportStatus.RUNTIME_ERROR, error=f"prepare raised {_aborted(exc)}")
+            return _ModuleTry()
         kind = "generated" if type(provider).carries_code else "static"
         if not ready:
             why = getattr(provider, "error", None) or "cannot serve these calls"
             status = ReportStatus.GENERATION_FAILED if kind == "generated" else ReportStatus.PREPARE_REFUSED
             self._row(name, provider.name, kind, status, error=why)
-            return None
+            return _ModuleTry()
         # Every candidate gets the live instance, and must not write to it; generated code's weights are also copied
         # aside and put back if it did.
         with restored_if_written(representative, restore=kind == "generated") as weights:
-            return self._judged_module_entry(name, provider, kind, instances, samples, counts, weights)
+            entry, judged = self._judged_module_entry(name, provider, kind, instances, samples, counts, weights)
+        return _ModuleTry(provider, entry, judged)
 
     def _judged_module_entry(self, name: str, provider: ModuleKernelProvider, kind: str, instances: list[nn.Module],
-                             samples: list[Sample], counts: list[int], weights: WeightGuard) -> PlanEntry | None:
+                             samples: list[Sample], counts: list[int],
+                             weights: WeightGuard) -> tuple[PlanEntry | None, bool]:
         """Judge one prepared module provider on the group's first instance, then time it (`_module_candidate`);
-        `weights` watches the instance's tensors from before the replacement was built."""
+        `weights` watches the instance's tensors from before the replacement was built. Returns the entry (None
+        unless it won) and whether it was judged correct."""
         representative = instances[0]
         original = functools.partial(type(representative).forward, representative)
         target = InstanceTarget.of(representative, samples, counts)
@@ -571,15 +619,15 @@ class KernelOptimizer:
                 verdict = self.judge.judge_callable(bound, target, trusted=trusted, kernel_utils=self.kernel_utils)
         except HarnessError as exc:
             self._row(name, provider.name, kind, ReportStatus.HARNESS_ERROR, error=f"{type(exc).__name__}: {exc}")
-            return None
+            return None, False
         except Exception as exc:  # noqa: BLE001 - the replacement could not be built (e.g. it copies parameters)
             self._row(name, provider.name, kind, ReportStatus.INVALID, error=f"cannot be bound: {_aborted(exc)}")
-            return None
+            return None, False
         if not verdict.ok:
             errors = verdict.details.get("errors") or [verdict.message]
             self._row(name, provider.name, kind, ReportStatus(verdict.status.value),
                       error="; ".join(map(str, errors[:3])))
-            return None
+            return None, False
         utils = self._timing_utils
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
         try:
@@ -591,13 +639,13 @@ class KernelOptimizer:
             if written:
                 self._row(name, provider.name, kind, ReportStatus.FORBIDDEN,
                           error=f"wrote to the instance's {', '.join(written[:5])} while built or timed")
-                return None
+                return None, False
         except SpotCheckError as exc:
             self._row(name, provider.name, kind, ReportStatus.MISMATCH, error=str(exc))
-            return None
+            return None, False
         except Exception as exc:  # noqa: BLE001 - reported
             self._row(name, provider.name, kind, ReportStatus.RUNTIME_ERROR, error=f"benchmark raised {exc}")
-            return None
+            return None, False
         bracket = Bracket(first, second)
         baseline = bracket.baseline
         self._row(name, f"{type(representative).__name__}.forward (PyTorch)", "baseline", ReportStatus.BASELINE,
@@ -607,10 +655,10 @@ class KernelOptimizer:
             ReportStatus.SLOWER if result.median_ms >= baseline.median_ms else ReportStatus.NOT_SIGNIFICANT)
         self._row(name, provider.name, kind, status, result, baseline=baseline)
         if not won:
-            return None
+            return None, True
         return PlanEntry(provider=provider, signatures=tuple(samples), source=kind, latency_ms=result.median_ms,
                          baseline_ms=baseline.median_ms,
-                         description=f"{provider.name} for {len(instances)} instance(s)")
+                         description=f"{provider.name} for {len(instances)} instance(s)"), True
 
     def _choose_clock(self, function: Callable, data: Sequence[Any] | None, module: nn.Module, profile: Any,
                       execution: Execution) -> ClockChoice:

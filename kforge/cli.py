@@ -377,6 +377,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
     if optimizer.module_profile is not None:
         _print_table("hot module classes (device ms per forward; self: launched by the class's own forward, "
                      "outside_f: not inside a torch.nn.functional call)", _hot_modules(optimizer.module_profile))
+        print(optimizer.last_result.reach.describe())
     _print_table("candidates", optimizer.report)
     if optimizer.end_to_end is not None:
         _print_table("end-to-end check (the whole model with and without the selected kernels)", optimizer.end_to_end)

@@ -270,3 +270,36 @@ def test_a_library_declared_layer_is_found_and_named_like_its_class() -> None:
     assert declared_layer("torch.nn.modules.linear.Linear") is None and declared_layer("no.such.Class") is None
     optimizer = KernelOptimizer(kernel_providers=[], module_classes=["RMSNorm"], end_to_end_check=False)
     assert optimizer._module_wanted(RMS_CLASS) and not optimizer._module_wanted("torch.nn.modules.linear.Linear")
+
+
+def test_one_file_serves_every_behaviour_group_it_is_correct_for_and_a_group_it_is_wrong_for_gets_its_own(
+        scripted_llm, tmp_path) -> None:
+    """Llama's sixteen `LlamaAttention`s differ only in `layer_idx`, a plain attribute, so each is a behaviour group
+    of its own: the file written for the first group is judged on the others before any new conversation. Here
+    three `LlamaRMSNorm`s: two alike but for a `layer_idx`, one with another eps. The first reply hard-codes the
+    first eps: correct for the first two groups (one conversation), a mismatch on the third, which gets a second
+    conversation and the honest file."""
+    norms = [LlamaRMSNorm(64, eps=eps) for eps in (1e-6, 1e-6, 0.5)]
+    for index, norm in enumerate(norms):
+        norm.layer_idx = index
+    model = nn.Sequential(*norms).eval()
+    data = [Sample((torch.randn(2, 8, 64),), {})]
+    hard_coded = RMS_MODELNEW.replace("self.variance_epsilon = original.variance_epsilon",
+                                      "self.variance_epsilon = 1e-6")
+    scripted_llm.push(reply(f"```python\n{hard_coded}```"), reply(f"```python\n{RMS_MODELNEW}```"))
+    generator = _generator(scripted_llm, tmp_path)
+    try:
+        optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=QUICK,
+                                    module_sources=[LLMModuleSource(generator)],
+                                    module_classes=["LlamaRMSNorm"], module_min_time_share_percent=0.0,
+                                    end_to_end_check=False, judge=generator.judge)
+        result = optimizer.optimize(model, data)
+    finally:
+        generator.close()
+    generated = result.report[result.report["source"] == "generated"]
+    assert list(generated["outcome"]) == ["ok", "ok", "mismatch", "ok"], generated.to_string()
+    assert len(scripted_llm.requests) == 2  # one conversation per file, not per group
+    assert generated["candidate"].iloc[0] == generated["candidate"].iloc[2] != generated["candidate"].iloc[3]
+    assert result.module_targets == (RMS_CLASS,)
+    reach = result.reach
+    assert reach is not None and reach.reachable_pct == pytest.approx(100.0)  # the norms are all the model does

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -67,3 +68,22 @@ def test_make_plan_reports_the_hot_module_classes():
     optimizer.make_plan(Net(), [Sample((torch.randn(64, 32),), {})])
     hot = optimizer.module_profile.hot(3)
     assert _name(RMSNorm) in set(optimizer.module_profile.frame["module_class"]) and len(hot) == 3
+
+
+def test_the_reachable_share_is_the_f_calls_plus_the_glue_of_the_targeted_classes():
+    model, x = Net(), torch.randn(64, 32)
+    model(x)
+    profile = profile_modules(lambda: model(x), model, device=torch.device("cpu"), passes=2)
+    rows = profile.frame.set_index("module_class")
+    in_f = 100.0 * rows["in_f_ms"].sum() / profile.total_ms
+    untargeted = profile.reach([])
+    assert untargeted.targets_pct == 0 and untargeted.reachable_pct == pytest.approx(in_f)
+    assert [name for name, _ in untargeted.unreached][:1] == [rows["outside_f_ms"].idxmax()]  # largest glue first
+    norms = profile.reach([_name(RMSNorm)])
+    norm_glue = 100.0 * rows.loc[_name(RMSNorm), "outside_f_ms"] / profile.total_ms
+    assert norms.reachable_pct == pytest.approx(in_f + norm_glue)
+    assert _name(RMSNorm) not in dict(norms.unreached) and _name(Block) in dict(norms.unreached)
+    everything = profile.reach([_name(RMSNorm), _name(Block), _name(Net)])
+    assert everything.reachable_pct == pytest.approx(100.0) and not everything.unreached
+    assert everything.describe().startswith("reachable: 100.0% of ")
+    assert "not reached: " in norms.describe() and "Block" in norms.describe()
