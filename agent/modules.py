@@ -33,7 +33,7 @@ from agent.provider import cached_source_file
 from agent.screening import format_violations
 from forge.errors import CandidateError
 from forge.judging.language import CandidateCode
-from forge.modules import ModuleKernelProvider, _key_from_repr
+from forge.modules import ModuleKernelProvider, _key_from_repr, attribute_names
 from forge.samples import Sample
 
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         self.metadata = dict(metadata or {})
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.error: str | None = None
+        # The names the file may read on the instance (`forge.modules.attribute_names`), screened with it.
+        self.attributes: frozenset[str] = frozenset()
         self._class: type | None = None
         self._load_lock = threading.Lock()
 
@@ -102,12 +104,15 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         """The same file, for another behaviour group of the class (judged there on its own)."""
         if self.source is None:
             return None
-        return GeneratedModuleProvider(self.target_class, self.source, language=self.language,
-                                       metadata=self.metadata, cache_dir=self.cache_dir)
+        sibling = GeneratedModuleProvider(self.target_class, self.source, language=self.language,
+                                          metadata=self.metadata, cache_dir=self.cache_dir)
+        sibling.attributes = self.attributes
+        return sibling
 
     # -- writing and loading ---------------------------------------------------------------------------
     def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],
                            counts: list[int] | None = None) -> bool:
+        self.attributes = self.attributes.union(*(attribute_names(m) for m in instances))
         if self.source is None:
             self.source = self._write(instances[0], samples, counts)
             if self.source is None:
@@ -141,7 +146,7 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
             if self.source is None:
                 raise RuntimeError(f"no ModelNew was written for {self.target_class}")
             language = get_language(self.language)
-            violations = language.screen_module(self.source)
+            violations = language.screen_module(self.source, self.attributes)
             if violations:
                 raise ValueError(f"the generated ModelNew for {self.target_class} fails screening and will not be "
                                  "imported:\n" + format_violations(violations))
@@ -170,6 +175,7 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
             raise ValueError(f"no ModelNew was written for {self.target_class}: nothing to save")
         return {"target_class": self.target_class, "language": self.language, "source": self.source,
                 "source_sha256": self.source_hash, "metadata": self.metadata,
+                "instance_attributes": sorted(self.attributes),
                 "instance_keys": [repr(k) for k in sorted(self.instance_keys, key=repr)]}
 
     @classmethod
@@ -177,10 +183,12 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         source = state["source"]
         if hashlib.sha256(source.encode()).hexdigest() != state.get("source_sha256", ""):
             raise ValueError("generated ModelNew source does not match its recorded sha256 (the file was edited)")
-        violations = get_language(state["language"]).screen_module(source)
+        attributes = frozenset(state.get("instance_attributes", []))
+        violations = get_language(state["language"]).screen_module(source, attributes)
         if violations:  # refused at load (PlanLoadError), not later at apply
             raise ValueError("generated ModelNew fails screening: " + format_violations(violations))
         provider = cls(state["target_class"], source, language=state["language"], metadata=state.get("metadata"))
+        provider.attributes = attributes
         provider.instance_keys = frozenset(_key_from_repr(k) for k in state.get("instance_keys", []))
         provider._ready = True
         return provider

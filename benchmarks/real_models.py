@@ -57,31 +57,48 @@ def _report(name: str, plan: KernelOptimizationPlan, model: Any, data: Any, bloc
             "wall_clock": [phase_start, phase_end]}
 
 
-def _file_source(path: Path) -> Any:
-    """A module source serving one `ModelNew(original)` file (e.g. a model's reply kept from a conversation); the
-    optimizer judges it like any generated module kernel (the sandbox, then here)."""
-    from agent.modules import GeneratedModuleProvider
+class _FileSource:
+    """A module source serving one `ModelNew(original)` file (e.g. a model's reply kept from a conversation), for
+    the class it names (`CLASS=PATH`, bare or qualified class name) or for every class (`PATH`); the optimizer judges
+    it like any generated module kernel (the sandbox, then here)."""
 
-    source = path.read_text()
-    return lambda target_class: GeneratedModuleProvider(target_class, source, language="triton",
-                                                        metadata={"file": str(path)})
+    def __init__(self, spec: str) -> None:
+        target, _, path = spec.rpartition("=")
+        self.target, self.path = target or None, Path(path)
+        self.source = self.path.read_text()
+
+    def serves_class(self, qualified: str) -> bool:
+        return self.target is None or self.target in (qualified, qualified.rsplit(".", 1)[-1])
+
+    def __call__(self, target_class: str) -> Any:
+        from agent.modules import GeneratedModuleProvider
+
+        return GeneratedModuleProvider(target_class, self.source, language="triton",
+                                       metadata={"file": str(self.path)})
+
+    def __repr__(self) -> str:
+        return f"file {self.path}"
 
 
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
               e2e_blocks: int, modes: list[str] | None = None, modules: bool = True,
-              module_files: list[Path] | None = None, module_classes: list[str] | None = None) -> dict[str, Any]:
+              module_files: list[str] | None = None, module_classes: list[str] | None = None,
+              module_threshold: float = 3.0) -> dict[str, Any]:
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
-    sources = ([CompiledModuleProvider] if modules else []) + [_file_source(p) for p in module_files or []]
+    sources = ([CompiledModuleProvider] if modules else []) + [_FileSource(spec) for spec in module_files or []]
     optimizer = KernelOptimizer(kernel_providers=default_providers(device), kernel_utils=KernelUtils(),
-                                end_to_end_blocks=e2e_blocks, module_sources=sources, module_classes=module_classes)
+                                end_to_end_blocks=e2e_blocks, module_sources=sources, module_classes=module_classes,
+                                module_min_time_share_percent=module_threshold)
     plan = optimizer.make_plan(model, data, execution=execution)
     result: dict[str, Any] = {
         "model": demo_name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "execution": execution, "plan_seconds": time.monotonic() - started,
         "profile": _records(optimizer.profile_summary), "candidates": _records(optimizer.report),
         "modules": _records(optimizer.module_profile.hot(15)) if optimizer.module_profile is not None else [],
+        "module_targets": list(optimizer.module_targets),
+        "reach": None if optimizer.last_result.reach is None else optimizer.last_result.reach.describe(8),
         "end_to_end_check": _records(optimizer.end_to_end), "plan_functions": plan.functions, "reports": [],
         "clock": None if optimizer.clock is None else {"timing": optimizer.clock.timing.value,
                                                        "device_ms": optimizer.clock.device_ms,
@@ -114,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-modes", nargs="+", default=None, choices=["eager", "cuda_graphs", "compile"],
                         help="modes of the six-variant report (default: all three)")
     parser.add_argument("--no-modules", action="store_true", help="no module kernels (torch.compile of forwards)")
-    parser.add_argument("--module-file", type=Path, nargs="*", default=[],
-                        help="ModelNew(original) files to judge as module kernels (a model's kept replies)")
+    parser.add_argument("--module-file", nargs="*", default=[], metavar="[CLASS=]PATH",
+                        help="ModelNew(original) files to judge as module kernels (a model's kept replies), each for "
+                             "the class named before '=' (bare or qualified) or for every module target")
+    parser.add_argument("--module-threshold", type=float, default=3.0, metavar="PCT",
+                        help="share of the kernel time outside F calls that makes a class a module target")
     parser.add_argument("--modules", nargs="+", default=None, help="only these module classes (bare names)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
@@ -128,13 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {name} ({args.execution}) ==", flush=True)
         try:
             result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks,
-                               args.report_modes, not args.no_modules, args.module_file, args.modules)
+                               args.report_modes, not args.no_modules, args.module_file, args.modules,
+                               args.module_threshold)
         except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
             logging.exception("%s failed", name)
             result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
         path = args.out / f"{name}-{args.execution}.json"
         path.write_text(json.dumps(result, indent=1, default=str))
-        print(json.dumps({k: result.get(k) for k in ("model", "plan_functions", "plan_seconds", "error")}),
+        print(json.dumps({k: result.get(k) for k in ("model", "plan_functions", "plan_seconds", "reach", "error")}),
               flush=True)
         for report in result.get("reports", []):
             print(report["plan"], json.dumps(report["kernels"]), flush=True)

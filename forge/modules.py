@@ -40,8 +40,9 @@ from torch import nn
 from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
 
-__all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "class_name",
-           "declared_layer", "instance_key", "module_target_name", "plain_attributes", "record_module_calls"]
+__all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "attribute_names",
+           "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
+           "record_module_calls"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,20 @@ def plain_attributes(module: nn.Module) -> list[tuple[str, Any]]:
     `normalized_shape`, `hidden_size`), sorted by name; lists as tuples."""
     return sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in vars(module).items()
                   if not k.startswith("_") and _plain(v))
+
+
+def attribute_names(module: nn.Module) -> frozenset[str]:
+    """The public names a replacement may read on the instance and below it (`original.gate_proj.weight`): its
+    submodules', parameters' and buffers' names and the plain attributes of every submodule. The static screen of a
+    `ModelNew` written for this instance allows them as attribute reads (`agent.screening`): they come from the
+    user's model, not from the candidate."""
+    names: set[str] = set()
+    for path, sub in module.named_modules():
+        names.update(part for part in path.split(".") if part)
+        names.update(name for name, _ in plain_attributes(sub))
+        names.update(name for name, _ in sub.named_parameters(recurse=False))
+        names.update(name for name, _ in sub.named_buffers(recurse=False))
+    return frozenset(n for n in names if n.isidentifier() and not n.startswith("_"))
 
 
 def instance_key(module: nn.Module) -> Hashable:

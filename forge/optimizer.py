@@ -300,8 +300,10 @@ class KernelOptimizer:
             raise ValueError(f"end_to_end_blocks must be an int >= 5 (the sign test over fewer blocks can never show "
                              f"a win at the 5% level), got {end_to_end_blocks!r}")
         self.end_to_end_blocks = end_to_end_blocks
-        # Module kernels (forge.modules): a factory per source, called with a qualified class name; the classes tried
-        # are those whose own forwards hold at least this share of the kernel time outside F calls.
+        # Module kernels (forge.modules): a factory per source, called with a qualified class name (one with a
+        # `serves_class(qualified_name) -> bool` method is asked only for the classes it serves: a kept file written
+        # for one class); the classes tried are those whose own forwards hold at least this share of the kernel time
+        # outside F calls.
         self.module_sources = list(module_sources or [])
         self.module_min_time_share_percent = _check_percent("module_min_time_share_percent",
                                                             module_min_time_share_percent)
@@ -545,6 +547,9 @@ class KernelOptimizer:
             for key, group in calls.instances.items():
                 won = []
                 for index, source in enumerate(self.module_sources):
+                    serves = getattr(source, "serves_class", None)
+                    if serves is not None and not serves(name[len(MODULE_PREFIX):]):
+                        continue
                     tried = self._module_try(name, source, written.get(index), group, calls.samples[key],
                                              calls.counts[key])
                     if tried.provider is not None:

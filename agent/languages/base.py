@@ -80,8 +80,10 @@ class KernelLanguage(ABC):
     def device_types(self) -> tuple[str, ...]:
         """torch device types this language's kernels run on (e.g. `("cuda", "cpu")`)."""
 
-    def screen_module(self, source: str) -> list[Violation]:
-        """Static checks of a `ModelNew` file (a module problem); languages that cannot write modules refuse it."""
+    def screen_module(self, source: str, attributes: frozenset[str] = frozenset()) -> list[Violation]:
+        """Static checks of a `ModelNew` file (a module problem); `attributes`, for a file written for a live
+        instance, the names it may read on it (`forge.modules.attribute_names`: `original.gate_proj`). Languages that
+        cannot write modules refuse it."""
         return [Violation("ModelNew", 0, f"{self.title} cannot write whole modules (ModelNew files); module problems "
                           "are written in Triton", "structure")]
 

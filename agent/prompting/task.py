@@ -377,7 +377,7 @@ class InstanceTask:
             init_source=_source_of(kind.__init__) if "__init__" in vars(kind) else None,
             samples=tuple(entries),
             helpers=tuple(_helpers(forward)),
-            attributes=tuple((k, repr(v)) for k, v in plain_attributes(module)),
+            attributes=tuple((k, repr(v)) for k, v in [*plain_attributes(module), *_read_settings(module, forward)]),
             tensors=tuple([(n, _tensor_line("parameter", t)) for n, t in module.named_parameters()]
                           + [(n, _tensor_line("buffer", t)) for n, t in module.named_buffers()]),
             submodules=tuple((n, f"{type(m).__module__}.{type(m).__qualname__}") for n, m in module.named_children()),
@@ -411,6 +411,26 @@ class InstanceTask:
             "language": self.language,
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _read_settings(module: torch.nn.Module, forward: Any) -> list[tuple[str, Any]]:
+    """Plain settings the forward reads through an object that is not a module or tensor, e.g.
+    `self.config._attn_implementation` in transformers' attention forwards (which attention function runs): named
+    `config._attn_implementation`, sorted."""
+    import re
+
+    from forge.modules import _plain
+
+    source = _source_of(forward) or ""
+    found = {}
+    for owner, name in re.findall(r"\bself\.(\w+)\.(\w+)\b", source):
+        holder = getattr(module, owner, None)
+        if holder is None or isinstance(holder, (torch.nn.Module, torch.Tensor)) or callable(holder):
+            continue
+        value = getattr(holder, name, None)
+        if not callable(value) and _plain(value):
+            found[f"{owner}.{name}"] = tuple(value) if isinstance(value, list) else value
+    return sorted(found.items())
 
 
 def _describe_output(out: Any) -> str:

@@ -275,7 +275,11 @@ def run_candidate(
 
 def screen_candidate(language: Any, source: str, target: FunctionTarget | ModuleTarget) -> list[Any]:
     """The language's static screen for this kind of candidate (a kernel file or a `ModelNew` file)."""
-    if target.kind in ("module", "instance"):
+    if target.kind == "instance":  # a ModelNew for a live instance may read its submodules' and settings' names
+        from forge.modules import attribute_names
+
+        return list(language.screen_module(source, attribute_names(target.module)))
+    if target.kind == "module":
         return list(language.screen_module(source))
     return list(language.screen(source, target.function))
 

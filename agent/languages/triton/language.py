@@ -16,6 +16,7 @@ On a machine without a GPU the sandbox runs Triton kernels on CPU tensors throug
 from __future__ import annotations
 
 import ast
+import dataclasses
 import enum
 import functools
 import sys
@@ -166,6 +167,12 @@ def module_host_attributes() -> frozenset[str]:
     return policy.module_attributes() - triton_function_internals()
 
 
+@functools.lru_cache(maxsize=64)
+def _instance_rules(attributes: frozenset[str]) -> PythonRules:
+    extra = attributes - triton_function_internals()
+    return dataclasses.replace(MODULE_RULES, host_attributes=lambda: module_host_attributes() | extra)
+
+
 @functools.cache
 def module_function_internals() -> frozenset[str]:
     """For module problems, Triton's kernel attributes plus the methods of nn.Module (`policy.module_methods()`): the
@@ -283,12 +290,15 @@ class TritonLanguage(KernelLanguage):
             install_cached_launchers(sys.modules[module_name])
         return entry
 
-    def screen_module(self, source: str) -> list[Violation]:
+    def screen_module(self, source: str, attributes: frozenset[str] = frozenset()) -> list[Violation]:
         """Screen a KernelBench-format `ModelNew` file: the same bans, plus a top-level `class ModelNew` and at least
         one `@triton.jit` kernel (torch.nn layer classes may be built, to hold the reference's parameters, and
         PyTorch compute ops called in the `__init__` of construction-only classes, to build buffers as the reference
-        does: `MODULE_RULES.construction_compute`)."""
-        analysis = analyse_python(source, MODULE_RULES, None)
+        does: `MODULE_RULES.construction_compute`). `attributes`: the live instance's submodule, parameter and
+        setting names (`forge.modules.attribute_names`), readable in host code like the torch.nn layers' names,
+        less every Triton kernel attribute."""
+        rules = MODULE_RULES if not attributes else _instance_rules(frozenset(attributes))
+        analysis = analyse_python(source, rules, None)
         violations = list(analysis.violations)
         if analysis.tree is None:
             return violations
