@@ -303,3 +303,66 @@ def test_one_file_serves_every_behaviour_group_it_is_correct_for_and_a_group_it_
     assert result.module_targets == (RMS_CLASS,)
     reach = result.reach
     assert reach is not None and reach.reachable_pct == pytest.approx(100.0)  # the norms are all the model does
+
+
+# Honest, as a stand-in model wrote it for Llama's MLP on the H200 (benchmarks/replies/llama_mlp_h200.py), for any
+# dtype: the products through F.linear (a library call a module may make), SiLU(gate) * up in its own kernel, the
+# projections read through the original's submodules (`orig.gate_proj.weight`).
+MLP_MODELNEW = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _silu_mul_kernel(g_ptr, u_ptr, o_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = (g / (1.0 + tl.exp(-g))).to(o_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(o_ptr + offs, (s * u).to(o_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, original):
+        super(ModelNew, self).__init__()
+        self.original = original
+
+    def forward(self, x):
+        orig = self.original
+        gate = torch.nn.functional.linear(x, orig.gate_proj.weight, orig.gate_proj.bias)
+        up = torch.nn.functional.linear(x, orig.up_proj.weight, orig.up_proj.bias)
+        n = gate.numel()
+        _silu_mul_kernel[(triton.cdiv(n, 1024),)](gate, up, gate, n, BLOCK=1024)
+        return torch.nn.functional.linear(gate, orig.down_proj.weight, orig.down_proj.bias)
+'''
+
+
+def test_a_modelnew_may_read_the_instance_submodules_by_name_and_nothing_more(judge) -> None:
+    """`orig.gate_proj.weight` is how real replies reach a module's weights: the screen allows the live instance's
+    own submodule, parameter and setting names (`attribute_names`), judged in the sandbox with them; without the
+    instance it refuses them, and a submodule named like a kernel's internals (`fn`) opens nothing."""
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    from forge.modules import attribute_names
+
+    model, _ = _tiny_llama()
+    mlp = next(m for m in model.modules() if isinstance(m, LlamaMLP))
+    triton_language = get_language("triton")
+    names = attribute_names(mlp)
+    assert {"gate_proj", "up_proj", "down_proj", "act_fn", "weight", "intermediate_size"} <= names
+    assert triton_language.screen_module(MLP_MODELNEW, names) == []
+    assert any(v.construct.endswith(".gate_proj") for v in triton_language.screen_module(MLP_MODELNEW))
+
+    sample = Sample((torch.randn(1, 8, mlp.hidden_size),), {})
+    verdict = judge.judge_source(MLP_MODELNEW, InstanceTarget.of(mlp, [sample], [2]), triton_language)
+    assert verdict.ok, verdict.message
+
+    holder = nn.Module()
+    holder.fn = nn.Linear(4, 4)  # a submodule named like JITFunction.fn
+    reaching = MLP_MODELNEW.replace("        n = gate.numel()",
+                                    "        n = gate.numel()\n        f = _silu_mul_kernel.fn")
+    refused = triton_language.screen_module(reaching, attribute_names(holder) | names)
+    assert any(v.construct.endswith(".fn") for v in refused), refused
