@@ -100,12 +100,16 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         tag = self.source_hash[:8] if self.source is not None else "not written"
         return f"generated {self.language} {short} [{tag}{', ' + model if model else ''}]"
 
+    @property
+    def rewrites(self) -> bool:
+        return self.generator is not None
+
     def sibling(self) -> GeneratedModuleProvider | None:
         """The same file, for another behaviour group of the class (judged there on its own)."""
         if self.source is None:
             return None
         sibling = GeneratedModuleProvider(self.target_class, self.source, language=self.language,
-                                          metadata=self.metadata, cache_dir=self.cache_dir)
+                                          generator=self.generator, metadata=self.metadata, cache_dir=self.cache_dir)
         sibling.attributes = self.attributes
         return sibling
 

@@ -230,6 +230,12 @@ class ModuleKernelProvider(KernelProvider):
                 bound = self._bound[id(module)] = self._bind(module)
             return bound
 
+    @property
+    def rewrites(self) -> bool:
+        """Whether asking this provider's source again can give other code (a generator writes a new file; a kept
+        file, or `torch.compile` of the same forward, gives the same)."""
+        return False
+
     def sibling(self) -> ModuleKernelProvider | None:
         """A fresh provider of this one's code for another behaviour group of the class, without the work that
         wrote it (a generated file: no second conversation), to be prepared and judged on that group; None when

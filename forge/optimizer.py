@@ -77,6 +77,7 @@ from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.samples import Sample
+from forge.text import clip
 
 __all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "PlanResult", "REPORT_COLUMNS", "ReportStatus"]
 
@@ -552,7 +553,7 @@ class KernelOptimizer:
                         continue
                     tried = self._module_try(name, source, written.get(index), group, calls.samples[key],
                                              calls.counts[key])
-                    if tried.provider is not None:
+                    if tried.provider is not None and tried.judged:
                         written[index] = tried.provider
                     if tried.entry is not None:
                         won.append(tried.entry)
@@ -573,6 +574,8 @@ class KernelOptimizer:
             tried = self._module_candidate(name, lambda: sibling, sibling.name, instances, samples, counts)
             if tried.judged:
                 return _ModuleTry(earlier, tried.entry, True)
+            if not earlier.rewrites:  # a kept file: asking its source again gives the same file
+                return _ModuleTry(earlier)
             progress("%s: %s is not correct for another group of instances; asking its source again", name,
                      sibling.name)
         return self._module_candidate(name, lambda: source(name[len(MODULE_PREFIX):]), str(source), instances,
@@ -1003,4 +1006,9 @@ class KernelOptimizer:
                 "error": error,
             }
         )
+        if status is not ReportStatus.BASELINE:  # a long run shows each verdict as it comes, not only at the end
+            row = self._rows[-1]
+            speed = f" {row['speedup']:.3g}x" if row["speedup"] is not None else ""
+            progress("%s: %s -> %s%s%s", function, candidate, row["status"].value, speed,
+                     f" ({clip(error, 300)})" if error else "")
 

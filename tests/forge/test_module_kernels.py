@@ -192,3 +192,39 @@ def test_plan_verify_checks_a_module_entry_against_the_models_instances():
     assert wrong.prepare_instances(list(net.norms[:2]), _data())
     bad = KernelOptimizationPlan(entries=(PlanEntry(provider=wrong, signatures=tuple(_data())),))
     assert bad.verify(UTILS, model=net)[module_target_name(SlowNorm)]
+
+
+def test_code_for_one_behaviour_group_is_judged_on_the_others_and_a_fixed_source_is_not_asked_again():
+    """Three norms: two alike but for a plain attribute (a `layer_idx`: two behaviour groups), one with another
+    eps. A source whose code hard-codes the first eps is asked once: its code serves the first two groups (judged on
+    each), is wrong for the third, and, since asking it again gives the same code (`rewrites` is False), is not
+    asked again; the third norm keeps its forward."""
+
+    class FixedEps(NormKernel, type_name="test_fixed_eps_kernel"):
+        def _bind(self, module):
+            return lambda x: module.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+        def sibling(self):
+            return FixedEps(self.target_class)
+
+    asked = []
+
+    def source(target_class):
+        asked.append(target_class)
+        return FixedEps(target_class)
+
+    norms = [SlowNorm(16), SlowNorm(16), SlowNorm(16, eps=0.5)]
+    norms[1].layer_idx = 1
+    model = nn.Sequential(*norms)
+    optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=UTILS, module_sources=[source],
+                                module_min_time_share_percent=0.0, end_to_end_check=False)
+    result = optimizer.optimize(model, [Sample((torch.randn(4, 16),), {})])
+    tried = result.report[result.report["source"] == "static"]
+    assert list(tried["outcome"]) == ["ok", "ok", "mismatch"], result.report.to_string()
+    assert asked == [class_name(SlowNorm)]
+    assert len(result.plan) == 2 and len({id(e.provider) for e in result.plan.entries}) == 2
+    with torch.no_grad(), result.plan.apply(model) as runtime:
+        model(torch.randn(4, 16))
+        assert "forward" in vars(norms[0]) and "forward" in vars(norms[1]) and "forward" not in vars(norms[2])
+    served = [s for name, s in runtime.stats.items() if name.startswith(module_target_name(SlowNorm))]
+    assert sum(s.provider_calls for s in served) == 2 and sum(s.fallback_calls for s in served) == 0
