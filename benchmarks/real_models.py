@@ -28,7 +28,7 @@ import torch
 from forge.checking import KernelUtils
 from forge.demos import get_demo
 from forge.end_to_end import compare_end_to_end
-from forge.optimizer import KernelOptimizer
+from forge.optimizer import MODULE_MIN_SHARE_PERCENT, KernelOptimizer
 from forge.plan import KernelOptimizationPlan
 from forge.providers import CompiledModuleProvider, default_providers
 
@@ -83,7 +83,7 @@ class _FileSource:
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
               e2e_blocks: int, modes: list[str] | None = None, modules: bool = True,
               module_files: list[str] | None = None, module_classes: list[str] | None = None,
-              module_threshold: float = 3.0) -> dict[str, Any]:
+              module_threshold: float = MODULE_MIN_SHARE_PERCENT) -> dict[str, Any]:
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module-file", nargs="*", default=[], metavar="[CLASS=]PATH",
                         help="ModelNew(original) files to judge as module kernels (a model's kept replies), each for "
                              "the class named before '=' (bare or qualified) or for every module target")
-    parser.add_argument("--module-threshold", type=float, default=3.0, metavar="PCT",
+    parser.add_argument("--module-threshold", type=float, default=MODULE_MIN_SHARE_PERCENT, metavar="PCT",
                         help="share of the kernel time outside F calls that makes a class a module target")
     parser.add_argument("--modules", nargs="+", default=None, help="only these module classes (bare names)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -39,6 +39,7 @@ from torch import nn
 
 from forge.errors import UsageError
 from forge.judging import Judge
+from forge.optimizer import MODULE_MIN_SHARE_PERCENT
 from forge.samples import Sample, map_values
 from forge.text import clip
 from forge.verify import DEFAULT_VERIFY_TIMEOUT_S
@@ -601,10 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep per-function winners without timing the whole model with and without them")
     opt.add_argument("--provider-threshold", type=percent_argument, default=0.0, metavar="PCT",
                      help="minimum time share for static providers (default 0)")
-    opt.add_argument("--module-threshold", type=percent_argument, default=3.0, metavar="PCT",
+    opt.add_argument("--module-threshold", type=percent_argument, default=MODULE_MIN_SHARE_PERCENT, metavar="PCT",
                      help="minimum share of kernel time outside F calls in a module class's own forward for a "
                           "module kernel (torch.compile of the class's forward, and a generated ModelNew when an "
-                          "LLM is configured; default 3)")
+                          "LLM is configured; default 1)")
     opt.add_argument("--modules", nargs="+", default=None, metavar="CLASS",
                      help="only these module classes get module kernels (bare or qualified names, or the layer name "
                           "the library declares, e.g. LlamaRMSNorm or RMSNorm)")
