@@ -88,6 +88,7 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         self.attributes: frozenset[str] = frozenset()
         self._class: type | None = None
         self._load_lock = threading.Lock()
+        self._cancelled = threading.Event()
 
     @property
     def source_hash(self) -> str:
@@ -103,6 +104,16 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
     @property
     def rewrites(self) -> bool:
         return self.generator is not None
+
+    @property
+    def writes_on_prepare(self) -> bool:
+        return self.generator is not None and self.source is None
+
+    def cancel(self) -> None:
+        """Stop the conversation writing this file (its LLM call and sandbox children): `generation_timeout`."""
+        self._cancelled.set()
+        if self.generator is not None:
+            self.generator.cancel()
 
     def sibling(self) -> GeneratedModuleProvider | None:
         """The same file, for another behaviour group of the class (judged there on its own)."""
@@ -135,7 +146,13 @@ class GeneratedModuleProvider(ModuleKernelProvider, type_name="generated_module"
         assert self.generator is not None
         task = instance_task(instance, samples, counts, self.language)
         target = InstanceTarget.of(instance, samples, counts)
+        if self._cancelled.is_set():
+            self.error = "cancelled before the conversation began"
+            return None
         result = self.generator.generate_instance(task, target)
+        if self._cancelled.is_set():
+            self.error = "cancelled: the generation time is up"
+            return None
         self.metadata.update(model=self.generator.config.model, attempts=result.attempts,
                              usage={k: v for k, v in result.usage.items() if isinstance(v, (int, float, str))})
         if result.source is None:

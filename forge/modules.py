@@ -236,6 +236,16 @@ class ModuleKernelProvider(KernelProvider):
         file, or `torch.compile` of the same forward, gives the same)."""
         return False
 
+    @property
+    def writes_on_prepare(self) -> bool:
+        """Whether `prepare_instances` will write the code first (a conversation, bounded by the optimizer's
+        generation timeout through `cancel`)."""
+        return False
+
+    def cancel(self) -> None:
+        """Abandon a preparation in progress (a conversation writing the code), from another thread: the optimizer
+        calls it when its generation time is up. Nothing to abandon by default."""
+
     def sibling(self) -> ModuleKernelProvider | None:
         """A fresh provider of this one's code for another behaviour group of the class, without the work that
         wrote it (a generated file: no second conversation), to be prepared and judged on that group; None when

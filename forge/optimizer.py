@@ -35,11 +35,14 @@ the type) and `make_plan` goes on; the user's Ctrl-C (a real SIGINT) and interru
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import functools
 import logging
+import math
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -196,6 +199,7 @@ class _Run:
     profile_summary: pd.DataFrame | None = None
     module_profile: ModuleProfile | None = None
     module_targets: tuple[str, ...] = ()
+    module_deadline: float = math.inf  # time.monotonic() when module conversations must end (generation_timeout)
     clock: ClockChoice | None = None
     end_to_end: pd.DataFrame | None = None
     plan_check: PlanCheck | None = None
@@ -533,6 +537,8 @@ class KernelOptimizer:
         self._run.module_targets = tuple(name[len(MODULE_PREFIX):] for name in wanted)
         if not wanted:
             return []
+        # Module conversations share one generation_timeout of their own, from here (function kernels had theirs).
+        self._run.module_deadline = time.monotonic() + self.generation_timeout
         samples = normalize_data(data) or [Sample((), {})]
         runner = ModelRunner(module, samples, function=function)
         try:
@@ -596,11 +602,16 @@ class KernelOptimizer:
             with candidate_code():
                 provider = make()
                 progress("%s: preparing %s", name, provider.name)
-                ready = provider.prepare_instances(instances, samples, counts)
+                with self._module_generation_bound(provider) as timed_out:
+                    ready = provider.prepare_instances(instances, samples, counts)
         except Exception as exc:  # noqa: BLE001 - reported
             self._row(name, label, "static", ReportStatus.RUNTIME_ERROR, error=f"prepare raised {_aborted(exc)}")
             return _ModuleTry()
         kind = "generated" if type(provider).carries_code else "static"
+        if timed_out.is_set():
+            self._row(name, provider.name, kind, ReportStatus.TIMEOUT,
+                      error=f"module conversations not finished within {self.generation_timeout:.1f}s")
+            return _ModuleTry()
         if not ready:
             why = getattr(provider, "error", None) or "cannot serve these calls"
             status = ReportStatus.GENERATION_FAILED if kind == "generated" else ReportStatus.PREPARE_REFUSED
@@ -611,6 +622,32 @@ class KernelOptimizer:
         with restored_if_written(representative, restore=kind == "generated") as weights:
             entry, judged = self._judged_module_entry(name, provider, kind, instances, samples, counts, weights)
         return _ModuleTry(provider, entry, judged)
+
+    @contextlib.contextmanager
+    def _module_generation_bound(self, provider: ModuleKernelProvider) -> Iterator[threading.Event]:
+        """While a provider that writes its code when prepared (a conversation: `writes_on_prepare`) prepares,
+        cancel it when the module generation time (`module_deadline`) is up; the event says whether it was."""
+        fired = threading.Event()
+        if not provider.writes_on_prepare:
+            yield fired
+            return
+        remaining = self._run.module_deadline - time.monotonic()
+
+        def stop() -> None:
+            fired.set()
+            provider.cancel()
+
+        if remaining <= 0:
+            stop()
+            yield fired
+            return
+        timer = threading.Timer(remaining, stop)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield fired
+        finally:
+            timer.cancel()
 
     def _judged_module_entry(self, name: str, provider: ModuleKernelProvider, kind: str, instances: list[nn.Module],
                              samples: list[Sample], counts: list[int],

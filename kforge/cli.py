@@ -612,7 +612,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--generator-threshold", type=percent_argument, default=10.0, metavar="PCT",
                      help="minimum time share for kernel generation (default 10)")
     opt.add_argument("--generation-timeout", type=seconds_argument, default=None, metavar="S",
-                     help="seconds to wait for generated kernels (default: $KFORGE_GENERATION_TIMEOUT or 21600)")
+                     help="seconds to wait for generated kernels, and again for module conversations (default: "
+                          "$KFORGE_GENERATION_TIMEOUT or 21600)")
     opt.add_argument("--no-generate", action="store_true", help="do not use the LLM kernel generator")
     try:
         from agent.cli_support import add_generator_arguments

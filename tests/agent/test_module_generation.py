@@ -366,3 +366,24 @@ def test_a_modelnew_may_read_the_instance_submodules_by_name_and_nothing_more(ju
                                     "        n = gate.numel()\n        f = _silu_mul_kernel.fn")
     refused = triton_language.screen_module(reaching, attribute_names(holder) | names)
     assert any(v.construct.endswith(".fn") for v in refused), refused
+
+
+def test_the_generation_timeout_cuts_a_module_conversation_that_hangs(scripted_llm, tmp_path) -> None:
+    """Module conversations share the optimizer's `generation_timeout`: one whose LLM call hangs is cancelled (the
+    call abandoned), reported `timeout`, and the plan is made without it."""
+    from tests.agent.llm_server import hang
+
+    scripted_llm.push(hang(120))
+    model = nn.Sequential(LlamaRMSNorm(64), LlamaRMSNorm(64)).eval()
+    generator = _generator(scripted_llm, tmp_path)
+    try:
+        optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=QUICK,
+                                    module_sources=[LLMModuleSource(generator)], module_min_time_share_percent=0.0,
+                                    end_to_end_check=False, judge=generator.judge, generation_timeout=2.0)
+        result = optimizer.optimize(model, [Sample((torch.randn(2, 8, 64),), {})])
+    finally:
+        generator.close()
+    rows = result.report[result.report["source"] == "generated"]
+    assert list(rows["status"]) == ["timeout"], result.report.to_string()
+    assert "within 2.0s" in rows.iloc[0]["error"] and len(result.plan) == 0
+    assert generator.judge.pool.live_process_groups() == []
