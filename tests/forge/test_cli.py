@@ -20,6 +20,7 @@ def test_optimize_demo_writes_a_loadable_plan(tmp_path, capsys) -> None:
     assert main(["optimize", "--demo", "--device", "cpu", "--no-generate", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "== profile" in printed and "rms_norm" in printed and "== candidates ==" in printed
+    assert "== hot module classes" in printed and "\nreachable: " in printed and "% in F calls" in printed
     assert json.loads(out.read_text())["format"] == "kernel-forge-plan"
     assert main(["plan", "show", str(out)]) == 0
     assert "replacement(s)" in capsys.readouterr().out
