@@ -565,7 +565,7 @@ class KernelOptimizer:
                         continue
                     tried = self._module_try(name, source, written.get(index), group, calls.samples[key],
                                              calls.counts[key])
-                    if tried.provider is not None and tried.judged:
+                    if tried.judged:  # a provider judged correct on this group (never None then)
                         written[index] = tried.provider
                     if tried.entry is not None:
                         won.append(tried.entry)
