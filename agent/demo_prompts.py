@@ -54,15 +54,9 @@ def render(demo: str, functions: list[str], device_kind: str, device_name: str, 
 
     recorder = capture(demo, device_kind, functions)
     target = "cuda:0" if device_kind == "cuda" else "cpu"
-
-    def on_target(value):
-        if isinstance(value, torch.Tensor):
-            return dataclasses.replace(TensorSpec.of(value, with_stats=False), device=target)
-        return value
-
     profile = SimpleNamespace(functions={
         name: SimpleNamespace(samples=[
-            (count, Sample(map_values(tuple(s.args), on_target), map_values(dict(s.kwargs), on_target)))
+            (count, _sample_on(s, target))
             for count, s in zip(recorder.counts(name), recorder.samples(name), strict=True)])
         for name in recorder.function_names() if recorder.samples(name)
     })
@@ -126,13 +120,32 @@ def render_instances(demo: str, classes: list[str], device_kind: str, device_nam
             calls = found[name]
             for key, group in calls.instances.items():
                 task = instance_task(group[0], calls.samples[key], calls.counts[key], language)
-                task = dataclasses.replace(task, tensors=tuple((n, line.replace("on meta", f"on {target}"))
-                                                               for n, line in task.tensors))
+                if not on_device:
+                    task = _on_target(task, target)
                 messages = [{"role": "system", "content": renderer.system(task)},
                             {"role": "user", "content": renderer.generate_instance(task)}]
                 requests.append({"function": name,
                                  "request": canonical_request(model, messages, config.generation_parameters())})
     return requests
+
+
+def _sample_on(sample: Sample, target: str) -> Sample:
+    """`sample` (meta tensors) with each tensor as a spec on `target`, as the prompt describes a call there."""
+
+    def on_target(value):
+        if isinstance(value, torch.Tensor):
+            return dataclasses.replace(TensorSpec.of(value, with_stats=False), device=target)
+        return value
+
+    return Sample(map_values(tuple(sample.args), on_target), map_values(dict(sample.kwargs), on_target))
+
+
+def _on_target(task, target: str):
+    """`task` (built from meta tensors) as the target device would describe it: its parameters and its sampled
+    calls' tensors on `target` (`cuda:0`)."""
+    samples = tuple(dataclasses.replace(e, sample=_sample_on(e.sample, target)) for e in task.samples)
+    tensors = tuple((n, line.replace("on meta", f"on {target}")) for n, line in task.tensors)
+    return dataclasses.replace(task, tensors=tensors, samples=samples)
 
 
 def recorded_requests(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -148,14 +161,16 @@ def recorded_requests(path: str | Path) -> dict[str, dict[str, Any]]:
 def cassette_lines(requests: list[dict[str, Any]], replies: str | Path,
                    prefix: str = "") -> tuple[list[str], list[str]]:
     """Replay-cassette lines pairing each request with the stand-in's reply `replies/<prefix>_<function>.md`, and the
-    functions left out for want of a reply. Token counts are estimated (4 characters per token), as the client does
-    for replies without usage."""
-    lines, missing = [], []
+    requests left out for want of a reply (their functions). A reply answers the first request of its function only:
+    a module class's later behaviour groups (`render_instances`) were not shown to the stand-in. Token counts are
+    estimated (4 characters per token), as the client does for replies without usage."""
+    lines, missing, answered = [], [], set()
     for item in requests:
         reply = Path(replies) / f"{prefix}_{item['function']}.md"
-        if not reply.is_file():
+        if item["function"] in answered or not reply.is_file():
             missing.append(item["function"])
             continue
+        answered.add(item["function"])
         text = reply.read_text(encoding="utf-8").strip() + "\n"
         prompt_chars = sum(len(m["content"]) for m in item["request"]["messages"])
         usage = {"prompt_tokens": prompt_chars // 4, "completion_tokens": len(text) // 4}

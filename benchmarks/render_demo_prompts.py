@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {len(requests)} request(s): {', '.join(r['function'] for r in requests)}")
     if args.cassette:
         lines, missing = cassette_lines(requests, args.replies, args.prefix)
-        for function in missing:
-            print(f"{function}: no reply at {Path(args.replies) / f'{args.prefix}_{function}.md'}; "
-                  "left out of the cassette")
+        for function in dict.fromkeys(missing):
+            print(f"{function}: {missing.count(function)} request(s) with no reply (a reply "
+                  f"{Path(args.replies) / f'{args.prefix}_{function}.md'} answers the first only); left out")
         Path(args.cassette).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         print(f"wrote {len(lines)} cassette line(s) to {args.cassette}")
     if args.check_cpu:

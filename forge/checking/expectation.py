@@ -65,7 +65,15 @@ from forge.checking.compare import (
     tensor_leaves_of_skeleton,
     unchanged_after_upcast,
 )
-from forge.checking.tolerance import allowed_error, output_scale, rounding_unit, tail_allowance, tolerance_for
+from forge.checking.tolerance import (
+    allowed_error,
+    eager_outlier_count,
+    outlier_budget,
+    output_scale,
+    rounding_unit,
+    tail_allowance,
+    tolerance_for,
+)
 from forge.errors import KernelForgeError
 from forge.outcome import ValidationIssue, is_memory_exhaustion
 from forge.samples import Sample, clone_tensor, map_values
@@ -337,6 +345,7 @@ def _float_leaf(
     special = torch.empty(e.shape, dtype=torch.int8, device=e.device) if stats.has_special else None
     # Pass 2: write the reference, the allowance and the codes piece by piece.
     worst: list[torch.Tensor] = []  # eager's largest error per piece, for the tail bound
+    outliers: list[torch.Tensor] = []  # elements eager itself puts beyond the floor, per piece
     for _, (ep, rp, sp, ap, cp) in iter_pieces(e, r, stored, allowed, special):
         e64 = ep.to(torch.float64)
         r64 = None if rp is None else rp.to(torch.float64)
@@ -346,7 +355,9 @@ def _float_leaf(
             expected, error = _eager_error(e64, r64, _finite(e64))
         if expected.numel():
             worst.append((expected.abs() * rounding_unit(eager.dtype) if error is None else error).max())
-        ap.copy_(_round_up_to(allowance.of(expected, error), allowed_dtype))
+        piece_allowed = allowance.of(expected, error)
+        outliers.append(eager_outlier_count(piece_allowed, error, error_factor))
+        ap.copy_(_round_up_to(piece_allowed, allowed_dtype))
         if sp is not rp:
             sp.copy_(expected)
         elif not stats.all_finite:
@@ -356,6 +367,8 @@ def _float_leaf(
     out[f"{locator}/reference"] = stored
     out[f"{locator}/allowed"] = allowed
     out[f"{locator}/tail"] = tail_allowance(torch.stack(worst).max() if worst else None, error_factor)
+    eager_outliers = int(torch.stack(outliers).sum()) if outliers else 0
+    out[f"{locator}/budget"] = torch.tensor(outlier_budget(e.numel(), eager_outliers, error_factor))
     if special is not None:
         out[f"{locator}/special"] = special
 
@@ -490,7 +503,8 @@ def leaf_value_issues(
             problem = exact_mismatch_issue(value, expected[f"{locator}/exact"])
         else:
             problem = float_mismatch_issue(value, expected[f"{locator}/reference"], expected[f"{locator}/allowed"],
-                                           expected.get(f"{locator}/special"), tail=expected.get(f"{locator}/tail"))
+                                           expected.get(f"{locator}/special"), tail=expected.get(f"{locator}/tail"),
+                                           budget=expected.get(f"{locator}/budget"))
         if problem:
             name = locator if locator.startswith("output") else f"input {locator} (updated in place by the reference)"
             issues.append(problem.derive(f"{name}: {problem}", leaf=locator))

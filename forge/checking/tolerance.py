@@ -38,6 +38,15 @@ allowance (worst 4.6x it, 0.0118 absolute), and PyTorch's own FLASH_ATTENTION ba
 against the allowance eager (cuDNN) set. Neither is a wrong answer; a kernel that is wrong (zeros, a skipped row, a
 lower precision) is off on far more elements than the budget, or by more than PyTorch ever is.
 
+Where eager itself is off: some outputs are decided by rounding (on the oracle's wide draw, `LlamaAttention`'s bf16
+logits are so large that the rounding of q and k picks which key wins). Eager PyTorch is then beyond the floor on many
+elements, and an honest kernel with another rounding order is off as often, at other elements: measured on the H200,
+`torch.compile` of the original forward put 6,515-12,145 of 4,194,304 elements outside their allowance on that draw, the
+model's Triton flash attention 4,650-9,405. So the budget grows by `error_factor` times the count of elements where
+eager's own error exceeds the floor (`eager_outlier_count`: the allowance less its per-element eager term). A
+well-conditioned output has none (eager is within a rounding step of the reference, under `rtol`), so its budget is
+unchanged; a kernel that is wrong is off on far more elements than PyTorch is, or by more than its worst error.
+
 Default floors (`DEFAULT_TOLERANCES`), as `(atol, rtol)`:
 
 - float64: 1e-7 (an honest fp64 kernel is off by ~1e-13; 1e-7 is still far below any real bug),
@@ -66,6 +75,7 @@ __all__ = [
     "DEFAULT_TOLERANCES",
     "OUTLIER_FRACTION",
     "allowed_error",
+    "eager_outlier_count",
     "outlier_budget",
     "output_scale",
     "resolve_tolerances",
@@ -161,9 +171,20 @@ def allowed_error(
 OUTLIER_FRACTION = 1e-5
 
 
-def outlier_budget(numel: int) -> int:
-    """How many elements of an output of `numel` may exceed their allowance (each within the tail bound)."""
-    return int(numel * OUTLIER_FRACTION)
+def outlier_budget(numel: int, eager_outliers: int = 0, error_factor: float = 1.0) -> int:
+    """How many elements of an output of `numel` may exceed their allowance (each within the tail bound):
+    floor(numel * OUTLIER_FRACTION), plus `error_factor` times the elements where eager PyTorch's own error exceeds
+    the floor (`eager_outliers`, see `eager_outlier_count`)."""
+    return int(numel * OUTLIER_FRACTION) + math.ceil(error_factor * eager_outliers)
+
+
+def eager_outlier_count(allowed: torch.Tensor, eager_error: torch.Tensor | None, error_factor: float) -> torch.Tensor:
+    """How many elements (0-dim int64) of one output eager PyTorch itself puts beyond the floor: `eager_error` above
+    `allowed` (from `allowed_error`) less its own per-element eager term. Zero on a well-conditioned output (eager is
+    within a rounding step there), the count of elements the rounding order decides on an ill-conditioned one."""
+    if eager_error is None or not eager_error.numel():
+        return torch.zeros((), dtype=torch.int64, device=allowed.device)
+    return (eager_error > allowed - error_factor * eager_error).sum()
 
 
 def tail_allowance(worst_eager_error: torch.Tensor | None, error_factor: float) -> torch.Tensor:

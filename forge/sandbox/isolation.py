@@ -8,24 +8,25 @@ or network namespace, kernel >= 5.13 and no Python binding in the standard libra
 read-only file view without a hand-written mount script.
 
 What the boundary is (`bwrap_command`): new user, PID, mount, network, IPC, UTS and cgroup namespaces; uid/gid 65534
-inside, all capabilities dropped, a new session (no terminal injection); a fresh `/proc` that shows only the
-sandbox's processes (no parent `/proc/<pid>/environ`); a minimal `/dev` (+ the NVIDIA device nodes for CUDA runs); a
-private tmpfs `/tmp` and `/dev/shm` and a private scratch tmpfs (home, temporary folder, compiled-kernel caches),
-each of bounded size where bubblewrap knows `--size`; read-only binds of the system (`/usr`, the `/lib*` and `/bin`
-roots, a handful of non-secret `/etc` files: loader cache, passwd/group, alternatives), of the interpreter and its
-site-packages, and of the repository's `agent` and `forge` packages (not the repository root, which may hold keys or
-`.env` files, nor the user's project on the Python path), of the run folder the parent wrote and of the caches the
-parent filled for children (prebuilt CUDA binaries); nothing writable outside the tmpfs mounts, nothing else (no
-home, no `/etc/shadow`, no caches, no sockets under `/run` or `/tmp`). The child
-is PID 1 of its namespace: when it exits, or when bwrap dies, the kernel kills every process left in it (`setsid`
-grandchildren included); `--die-with-parent` kills the sandbox when the process that started it dies. Resource
-limits (memory through RLIMIT_DATA, processes through RLIMIT_NPROC, CPU time, file size, open files) are set by the
-child before any candidate code runs (`forge.sandbox.child.apply_limits`); the child has no capability to raise them
-again. The kernel exempts uid 0 from RLIMIT_NPROC, and when kforge runs as root the sandbox's uid maps to root
-(bwrap maps only the caller's uid; running bwrap as another user fails where the interpreter lives in a 0700 home,
-e.g. pyenv in /root): there the parent counts the tasks in the sandbox's PID namespace every 0.1 s and kills it past
-the limit (`runner._SandboxTasks`). Memory is not limited through cgroups: the host's cgroup tree belongs to the
-container manager, and RLIMIT_DATA needs no privileges.
+inside, all capabilities dropped, a new session (no terminal injection); a fresh `/proc` that shows only the sandbox's
+processes (no parent `/proc/<pid>/environ`); a minimal `/dev` (+ the NVIDIA device nodes for CUDA runs); a private
+tmpfs `/tmp` and `/dev/shm` and a private scratch tmpfs (home, temporary folder, compiled-kernel caches), each of
+bounded size where bubblewrap knows `--size`; read-only binds of the system (`/usr`, the `/lib*` and `/bin` roots, a
+handful of non-secret `/etc` files: loader cache, passwd/group, alternatives), of the interpreter and its
+site-packages (and other folders of installed packages on the Python path: `pip install --target`), and of the
+repository's `agent` and `forge` packages (not the repository root, which may hold keys or `.env` files, nor the
+user's project on the Python path), of the run folder the parent wrote and of the caches the parent filled for
+children (prebuilt CUDA binaries); nothing writable outside the tmpfs mounts, nothing else (no home, no `/etc/shadow`,
+no caches, no sockets under `/run` or `/tmp`). The child is PID 1 of its namespace: when it exits, or when bwrap dies,
+the kernel kills every process left in it (`setsid` grandchildren included); `--die-with-parent` kills the sandbox
+when the process that started it dies. Resource limits (memory through RLIMIT_DATA, processes through RLIMIT_NPROC,
+CPU time, file size, open files) are set by the child before any candidate code runs
+(`forge.sandbox.child.apply_limits`); the child has no capability to raise them again. The kernel exempts uid 0 from
+RLIMIT_NPROC, and when kforge runs as root the sandbox's uid maps to root (bwrap maps only the caller's uid; running
+bwrap as another user fails where the interpreter lives in a 0700 home, e.g. pyenv in /root): there the parent counts
+the tasks in the sandbox's PID namespace every 0.1 s and kills it past the limit (`runner._SandboxTasks`). Memory is
+not limited through cgroups: the host's cgroup tree belongs to the container manager, and RLIMIT_DATA needs no
+privileges.
 
 Levels (`IsolationLevel`): `BOUNDARY` (the above), `NETWORK` (only a network namespace through `unshare -n`; the
 pre-bubblewrap sandbox) and `NONE`. Anything below `BOUNDARY` is unsafe: `resolve_isolation` refuses it with
@@ -134,9 +135,10 @@ def sandbox_cache_dir() -> Path:
 # The bubblewrap command
 # ---------------------------------------------------------------------------------------------------------
 def _python_paths() -> list[str]:
-    """What the child imports: the interpreter, the site-packages folders, wherever torch / triton / numpy are
-    installed, and the repository's `agent` and `forge` packages. Not the repository root (it may hold `.env` files,
-    keys, data) nor the rest of the parent's Python path (the user's own project)."""
+    """What the child imports: the interpreter, the site-packages folders and other folders of installed packages on
+    the Python path (`_holds_distributions`), wherever torch / triton / numpy are installed, and the repository's
+    `agent` and `forge` packages. Not the repository root (it may hold `.env` files, keys, data) nor the rest of the
+    parent's Python path (the user's own project)."""
     import importlib.util
 
     from forge.sandbox.environment import repository_root
@@ -145,6 +147,7 @@ def _python_paths() -> list[str]:
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, str(repo / "agent"), str(repo / "forge")]
     paths += [p for p in sys.path if os.path.basename(os.path.normpath(p or ".")) in {"site-packages",
                                                                                       "dist-packages"}]
+    paths += [p for p in sys.path if _holds_distributions(p)]
     for module in ("torch", "triton", "numpy"):
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.submodule_search_locations:
@@ -161,6 +164,16 @@ def _python_paths() -> list[str]:
             paths.append(os.path.dirname(folder) if os.path.basename(folder) == "bin" else folder)
     paths += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     return paths
+
+
+def _holds_distributions(path: str) -> bool:
+    """A folder of installed packages outside site-packages (`pip install --target DIR`, on `PYTHONPATH`): it holds
+    `*.dist-info` records. A module target's library may live there (the GPU host's wheels do), and the child
+    must import it to rebuild the instance; a project folder (no `*.dist-info`) stays out."""
+    try:
+        return bool(path) and os.path.isdir(path) and any(n.endswith(".dist-info") for n in os.listdir(path))
+    except OSError:
+        return False
 
 
 def _bindable(path: str) -> bool:

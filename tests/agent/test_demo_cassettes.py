@@ -137,9 +137,11 @@ def test_cassette_lines_pair_each_request_with_its_reply_and_name_the_missing(tm
 
     request = {"model": "frontier-standin", "messages": [{"role": "user", "content": "x" * 400}]}
     (tmp_path / "h200_silu.md").write_text("```python\npass\n```\n")
+    later = {"model": "frontier-standin", "messages": [{"role": "user", "content": "y" * 400}]}
     lines, missing = cassette_lines([{"function": "silu", "request": request},
-                                     {"function": "softmax", "request": request}], tmp_path, "h200")
-    assert missing == ["softmax"]
+                                     {"function": "softmax", "request": request},
+                                     {"function": "silu", "request": later}], tmp_path, "h200")
+    assert missing == ["softmax", "silu"]  # the reply answers silu's first request, not a later group's
     (entry,) = [json.loads(line) for line in lines]
     assert entry["tag"] == "silu" and entry["request"] == request
     assert entry["response"]["usage"]["prompt_tokens"] == 100 and entry["response"]["text"].endswith("```\n")
@@ -165,3 +167,18 @@ def test_a_cassette_of_module_conversations_targets_those_classes_and_no_functio
     request = json.loads(path.read_text().splitlines()[0])["request"]
     prompt = request["messages"][1]["content"]
     assert "NVIDIA H200" in prompt and "ModelNew(original)" in prompt
+
+
+def test_module_requests_rendered_from_meta_tensors_equal_those_rendered_on_the_device() -> None:
+    """A UNet cassette is rendered for the H200 from meta tensors (`render_demo_prompts --modules`): every tensor the
+    request names, the sampled calls' as well as the parameters', must read as the device would write it. Here the
+    device is the CPU (the tiny config), so both renderings run."""
+    pytest.importorskip("diffusers")
+    from agent.demo_prompts import render_instances
+
+    classes = ["diffusers.models.resnet.ResnetBlock2D"]
+    on_meta = render_instances("diffusers-unet", classes, "cpu", "CPU (Triton interpreter)", None, "standin")
+    on_device = render_instances("diffusers-unet", classes, "cpu", "", None, "standin", on_device=True)
+    assert len(on_meta) == len(on_device) > 1
+    assert [r["request"] for r in on_meta] == [r["request"] for r in on_device]
+    assert "meta" not in json.dumps([r["request"]["messages"][1]["content"] for r in on_meta]).replace("metadata", "")

@@ -302,6 +302,7 @@ def test_record_the_smoke_suite_from_the_scripted_server(tmp_path, isolated_cach
     assert rows["attempts"].to_dict() == EXPECTED_ATTEMPTS
     assert rows.loc["smoke.cross_entropy", "failure_reason"].startswith("generation failed: no correct kernel")
     assert (rows["prompt_tokens"] > 0).all() and (rows["cost_usd"] > 0).all()
+    _assert_summary_from_records(tmp_path / "run")
     # Every call of both workers is in the merged cassette, and the per-worker parts are gone.
     assert sum(_keys(cassette).values()) == calls == sum(EXPECTED_ATTEMPTS.values())
     assert not cassette.with_name("smoke.jsonl.parts").exists()
@@ -313,26 +314,10 @@ def test_record_the_smoke_suite_from_the_scripted_server(tmp_path, isolated_cach
         "KFORGE_UPDATE_CASSETTES=1 pytest tests/evals/test_runner_llm.py -k record")
 
 
-def test_replay_the_committed_smoke_cassette_offline_through_the_cli(tmp_path, isolated_cache, monkeypatch,
-                                                                      capsys) -> None:
-    with ScriptedLLMServer() as server:
-        dead_endpoint = server.base_url
-    # The server is down: any network call would fail (replay must not make one).
-    monkeypatch.setenv("KFORGE_LLM_BASE_URL", dead_endpoint)
-    monkeypatch.setenv("KFORGE_LLM_API_KEY", "sk-test")
-    out = tmp_path / "run"
-    code = main(["eval", "smoke", "--source", "llm", "--replay", str(COMMITTED_CASSETTE), "--device", "cpu",
-                 "--quick", "--workers", "1", "--out", str(out), *GENERATOR_FLAGS])
-    printed = capsys.readouterr()
-    assert code == 0, printed.err
-    assert "llm:scripted-model" in printed.out  # the model came from the cassette
-
+def _assert_summary_from_records(out: Path) -> None:
+    """The run's summary.json, by hand from its results.jsonl: rates, fast_p, geomeans, tokens, cost, attempts."""
     records = {r["problem_id"]: r for r in ResultsStore(out / "results.jsonl").load()}
-    assert {pid for pid, r in records.items() if r["correct"]} == EXPECTED_CORRECT
-    assert {pid: r["attempts"] for pid, r in records.items()} == EXPECTED_ATTEMPTS
     summary = json.loads((out / "summary.json").read_text())["overall"]
-
-    # The metrics, by hand from the records.
     n = 6
     correct = [r for r in records.values() if r["correct"]]
     assert summary["problems"] == n
@@ -353,6 +338,32 @@ def test_replay_the_committed_smoke_cassette_offline_through_the_cli(tmp_path, i
     assert summary["cost"]["per_correct_usd"] == pytest.approx(total_cost / 5)
     assert summary["mean_attempts"] == pytest.approx(sum(EXPECTED_ATTEMPTS.values()) / n)
     assert summary["failure_reasons"] == {"generation_failed": 1}
+
+
+# Replayed through the CLI: a problem fixed on its second attempt and one never solved (the record test covers all six).
+REPLAYED = ("smoke.silu", "smoke.cross_entropy")
+
+
+def test_replay_the_committed_smoke_cassette_offline_through_the_cli(tmp_path, isolated_cache, monkeypatch,
+                                                                      capsys) -> None:
+    with ScriptedLLMServer() as server:
+        dead_endpoint = server.base_url
+    # The server is down: any network call would fail (replay must not make one).
+    monkeypatch.setenv("KFORGE_LLM_BASE_URL", dead_endpoint)
+    monkeypatch.setenv("KFORGE_LLM_API_KEY", "sk-test")
+    out = tmp_path / "run"
+    code = main(["eval", "smoke", "--source", "llm", "--replay", str(COMMITTED_CASSETTE), "--device", "cpu",
+                 "--quick", "--workers", "1", "--problems", ",".join(REPLAYED), "--out", str(out), *GENERATOR_FLAGS])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert "llm:scripted-model" in printed.out  # the model came from the cassette
+
+    records = {r["problem_id"]: r for r in ResultsStore(out / "results.jsonl").load()}
+    assert {pid for pid, r in records.items() if r["correct"]} == EXPECTED_CORRECT & set(REPLAYED)
+    assert {pid: r["attempts"] for pid, r in records.items()} == {p: EXPECTED_ATTEMPTS[p] for p in REPLAYED}
+    assert all(r["prompt_tokens"] > 0 for r in records.values())
+    summary = json.loads((out / "summary.json").read_text())["overall"]
+    assert summary["problems"] == 2 and summary["failure_reasons"] == {"generation_failed": 1}
     assert str(out / "report.md") in printed.out
 
 

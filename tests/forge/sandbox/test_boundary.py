@@ -454,3 +454,36 @@ def test_the_pool_says_before_any_run_whether_it_would_refuse(no_bwrap) -> None:
         SandboxPool(1).isolation()
     assert SandboxPool(1, SandboxOptions(allow_unsafe=True)).isolation().level is IsolationLevel.NONE
     reset_probes()
+
+
+def test_a_folder_of_installed_packages_on_the_python_path_is_importable_and_a_project_folder_is_not(
+        tmp_path, monkeypatch) -> None:
+    """A module target's library may be installed with `pip install --target DIR` on `PYTHONPATH` (the GPU host's
+    wheels: diffusers there failed every UNet judging with `No module named 'diffusers'`). Such a folder holds
+    `*.dist-info` records and is bound read-only; a folder of the user's project on the same path is not."""
+    site, project = tmp_path / "site", tmp_path / "project"
+    (site / "kforge_probe_lib").mkdir(parents=True)
+    (site / "kforge_probe_lib" / "__init__.py").write_text("VALUE = 42\n")
+    (site / "kforge_probe_lib-1.0.dist-info").mkdir()
+    project.mkdir()
+    (project / "kforge_probe_project.py").write_text("SECRET = 'key'\n")
+    for folder in (site, project):
+        monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(project), os.environ.get("PYTHONPATH", "")]))
+    readonly_paths.cache_clear()
+    try:
+        assert str(site) in readonly_paths() and str(project) not in readonly_paths()
+        result = run(kernel(body='''
+            import importlib, json
+            found = {}
+            for name in ("kforge_probe_lib", "kforge_probe_project"):
+                try:
+                    found[name] = repr(importlib.import_module(name).__dict__.get("VALUE"))
+                except ImportError as exc:
+                    found[name] = type(exc).__name__
+            print("IMPORTS " + json.dumps(found), flush=True)
+        '''))
+    finally:
+        readonly_paths.cache_clear()
+    assert result.status == "ok", (result.message, result.stderr)
+    assert tagged(result.stdout, "IMPORTS") == {"kforge_probe_lib": "42", "kforge_probe_project": "ModuleNotFoundError"}
