@@ -20,6 +20,10 @@ def test_every_demo_ships_a_cpu_cassette_and_the_h200_ones_exist() -> None:
     names = sorted(p.name for p in CASSETTE_DIR.glob("*.jsonl"))
     assert "demo-llama-cpu.jsonl" in names
     assert {"demo-llama-nvidia-h200.jsonl", "demo-unet-nvidia-h200.jsonl"} <= set(names)
+    # The real-library demos: module conversations only, first requests rendered for the H200.
+    for demo in ("hf-llama", "diffusers-unet", "timm-vit"):
+        tags = {json.loads(line)["tag"] for line in (CASSETTE_DIR / f"demo-{demo}-nvidia-h200.jsonl").open()}
+        assert tags and all(tag.startswith("module:") for tag in tags), (demo, tags)
     assert device_slug("cpu") == "cpu"
     shipped = demo_cassette("llama", "cpu", language="triton")
     assert shipped is not None and shipped.model == "frontier-standin"
@@ -182,3 +186,19 @@ def test_module_requests_rendered_from_meta_tensors_equal_those_rendered_on_the_
     assert len(on_meta) == len(on_device) > 1
     assert [r["request"] for r in on_meta] == [r["request"] for r in on_device]
     assert "meta" not in json.dumps([r["request"]["messages"][1]["content"] for r in on_meta]).replace("metadata", "")
+
+
+def test_the_unet_h200_cassette_matches_what_the_generator_renders_today() -> None:
+    """`demo-diffusers-unet-nvidia-h200.jsonl` holds the first requests of the `ResnetBlock2D` and
+    `BasicTransformerBlock` conversations as rendered for the H200 from meta tensors: still byte-identical."""
+    pytest.importorskip("diffusers")
+    from agent.demo_prompts import recorded_requests, render_instances
+
+    path = CASSETTE_DIR / "demo-diffusers-unet-nvidia-h200.jsonl"
+    recorded = recorded_requests(path)
+    classes = [tag.removeprefix("module:") for tag in recorded]
+    rendered = render_instances("diffusers-unet", classes, "cuda", "NVIDIA H200", (9, 0), "frontier-standin")
+    first = {}
+    for item in rendered:
+        first.setdefault(item["function"], item["request"])
+    assert first == recorded, "a UNet module prompt changed since the cassette was recorded"
