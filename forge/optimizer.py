@@ -557,7 +557,10 @@ class KernelOptimizer:
                 logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
                 continue
             written: dict[int, ModuleKernelProvider] = {}  # per source: code it wrote for an earlier group
-            for key, group in calls.instances.items():
+            for number, (key, group) in enumerate(calls.instances.items(), start=1):
+                if len(calls.instances) > 1:  # a class of many groups is long work: say where it stands
+                    progress("%s: behaviour group %d of %d (%d instance(s))", name, number, len(calls.instances),
+                             len(group))
                 won = []
                 for index, source in enumerate(self.module_sources):
                     serves = getattr(source, "serves_class", None)

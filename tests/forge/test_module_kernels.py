@@ -3,6 +3,7 @@ on, through the optimizer, the plan (saved and loaded) and the runtime (eager, f
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -194,7 +195,7 @@ def test_plan_verify_checks_a_module_entry_against_the_models_instances():
     assert bad.verify(UTILS, model=net)[module_target_name(SlowNorm)]
 
 
-def test_code_for_one_behaviour_group_is_judged_on_the_others_and_a_fixed_source_is_not_asked_again():
+def test_code_for_one_behaviour_group_is_judged_on_the_others_and_a_fixed_source_is_not_asked_again(caplog):
     """Three norms: two alike but for a plain attribute (a `layer_idx`: two behaviour groups), one with another
     eps. A source whose code hard-codes the first eps is asked once: its code serves the first two groups (judged on
     each), is wrong for the third, and, since asking it again gives the same code (`rewrites` is False), is not
@@ -218,10 +219,13 @@ def test_code_for_one_behaviour_group_is_judged_on_the_others_and_a_fixed_source
     model = nn.Sequential(*norms)
     optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=UTILS, module_sources=[source],
                                 module_min_time_share_percent=0.0, end_to_end_check=False)
-    result = optimizer.optimize(model, [Sample((torch.randn(4, 16),), {})])
+    with caplog.at_level(logging.INFO, logger="forge.progress"):
+        result = optimizer.optimize(model, [Sample((torch.randn(4, 16),), {})])
     tried = result.report[result.report["source"] == "static"]
     assert list(tried["outcome"]) == ["ok", "ok", "mismatch"], result.report.to_string()
     assert asked == [class_name(SlowNorm)]
+    groups = [r.getMessage().split(": ", 1)[1] for r in caplog.records if "behaviour group" in r.getMessage()]
+    assert groups == [f"behaviour group {i} of 3 (1 instance(s))" for i in (1, 2, 3)]  # long work says where it is
     assert len(result.plan) == 2 and len({id(e.provider) for e in result.plan.entries}) == 2
     with torch.no_grad(), result.plan.apply(model) as runtime:
         model(torch.randn(4, 16))
