@@ -155,8 +155,9 @@ def test_cassette_lines_pair_each_request_with_its_reply_and_name_the_missing(tm
 
 
 def test_a_cassette_of_module_conversations_targets_those_classes_and_no_function(monkeypatch) -> None:
-    """The hf-llama H200 cassette holds a `LlamaRMSNorm` module conversation only: replaying it limits module kernels
-    to that class and writes no function kernel (an empty function list, not every function)."""
+    """The hf-llama H200 cassette holds module conversations only (`LlamaRMSNorm`, `LlamaAttention`, `LlamaMLP`):
+    replaying it limits module kernels to those classes and writes no function kernel (an empty function list, not
+    every function)."""
     from agent import cli_support, demo_cassettes
 
     shipped = demo_cassettes.demo_cassette("hf-llama", "cpu", folder=CASSETTE_DIR, language="triton")
@@ -166,7 +167,8 @@ def test_a_cassette_of_module_conversations_targets_those_classes_and_no_functio
     args = _args(demo="hf-llama", modules=None)
     config = _demo_cassette_config(args, LLMConfig())
     assert config.cassette == path and config.cassette_mode == "replay"
-    assert args.modules == ["transformers.models.llama.modeling_llama.LlamaRMSNorm"]
+    assert args.modules == [f"transformers.models.llama.modeling_llama.{name}"
+                            for name in ("LlamaRMSNorm", "LlamaAttention", "LlamaMLP")]
     assert args.replay_functions == () and cli_support._generated_functions(args) == ()
     request = json.loads(path.read_text().splitlines()[0])["request"]
     prompt = request["messages"][1]["content"]
