@@ -205,5 +205,5 @@ def test_the_unet_h200_cassette_matches_what_the_generator_renders_today() -> No
         first.setdefault(item["function"], item["request"])
     assert first == recorded, (
         "a UNet module prompt changed since the cassette was recorded (the prompt, or diffusers' source of the class): "
-        "render it again with python -m benchmarks.render_demo_prompts --demo diffusers-unet --modules ... --replies "
-        "DIR --cassette FILE, and have a stand-in answer any request that changed")
+        "render it again (the render_demo_prompts tool: --demo diffusers-unet --modules ... --replies DIR --cassette "
+        "FILE), and have a stand-in answer any request that changed")
