@@ -9,7 +9,8 @@ the sandbox, the verdict computed here), on the instances and call signatures th
     python -m benchmarks.judge_module_file --demo hf-llama --module LlamaAttention \\
         --file benchmarks/replies/llama_attention_h200.py [--groups 1] [--language triton]
 
-`--module` is the bare or qualified class name; `--groups N` judges the first N behaviour groups (default 1; 0: all).
+`--module` is the class's qualified, bare or declared layer name; `--groups N` judges the first N behaviour groups
+(default 1; 0: all).
 Exit status 0 when every judged group is `ok`, 1 otherwise.
 """
 
@@ -26,14 +27,14 @@ from agent.replies import extract_code
 from forge.checking import KernelUtils
 from forge.demos import get_demo
 from forge.judging import InstanceTarget, Judge
-from forge.modules import MODULE_PREFIX, module_target_name, record_module_calls
+from forge.modules import MODULE_PREFIX, class_aliases, module_target_name, record_module_calls
 
 
 def _target_name(model: torch.nn.Module, module: str) -> str:
-    """The module target (`module:<qualified class>`) of the model's class named `module` (bare or qualified)."""
+    """The module target (`module:<qualified class>`) of the model's class named `module` (`class_aliases`)."""
     for child in model.modules():
         name = module_target_name(child)
-        if module in (name[len(MODULE_PREFIX):], name.rsplit(".", 1)[-1]):
+        if module in class_aliases(name[len(MODULE_PREFIX):]):
             return name
     raise SystemExit(f"judge_module_file: the demo has no module of class {module!r}")
 
@@ -41,7 +42,7 @@ def _target_name(model: torch.nn.Module, module: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", required=True, help="a demo of forge.demos (hf-llama, diffusers-unet, timm-vit...)")
-    parser.add_argument("--module", required=True, help="its module class (bare or qualified name)")
+    parser.add_argument("--module", required=True, help="its module class (qualified, bare or declared layer name)")
     parser.add_argument("--file", required=True, type=Path,
                         help="the ModelNew(original) file, or a model's reply holding it in a fenced block")
     parser.add_argument("--groups", type=int, default=1, help="behaviour groups to judge (0: all; default 1)")

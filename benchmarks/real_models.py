@@ -28,6 +28,7 @@ import torch
 from forge.checking import KernelUtils
 from forge.demos import get_demo
 from forge.end_to_end import compare_end_to_end
+from forge.modules import class_aliases
 from forge.optimizer import MODULE_MIN_SHARE_PERCENT, KernelOptimizer
 from forge.plan import KernelOptimizationPlan
 from forge.providers import CompiledModuleProvider, default_providers
@@ -68,7 +69,7 @@ class _FileSource:
         self.source = self.path.read_text()
 
     def serves_class(self, qualified: str) -> bool:
-        return self.target is None or self.target in (qualified, qualified.rsplit(".", 1)[-1])
+        return self.target is None or self.target in class_aliases(qualified)
 
     def __call__(self, target_class: str) -> Any:
         from agent.modules import GeneratedModuleProvider

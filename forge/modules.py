@@ -41,7 +41,7 @@ from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "attribute_names",
-           "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
+           "class_aliases", "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
            "record_module_calls"]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,13 @@ def module_target_name(module: nn.Module | type) -> str:
 
 
 @functools.cache
+def class_aliases(target_class: str) -> frozenset[str]:
+    """The names a user may give a class by (`--modules`, `--module-file CLASS=...`): its qualified name, its bare
+    name and the layer name its library declares (`declared_layer`), e.g. `LlamaRMSNorm` or `RMSNorm`."""
+    layer = declared_layer(target_class)
+    return frozenset(n for n in (target_class, target_class.rsplit(".", 1)[-1], layer) if n)
+
+
 def declared_layer(target_class: str) -> str | None:
     """The layer name a model library declares for a swappable class, e.g. "RMSNorm" for transformers'
     `@use_kernel_forward_from_hub("RMSNorm") class LlamaRMSNorm` (the seam the `kernels` package swaps forwards

@@ -63,7 +63,14 @@ from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge
 from forge.judging.modules import WeightGuard, restored_if_written
-from forge.modules import MODULE_PREFIX, ModuleKernelProvider, class_name, declared_layer, record_module_calls
+from forge.modules import (
+    MODULE_PREFIX,
+    ModuleKernelProvider,
+    class_aliases,
+    class_name,
+    declared_layer,
+    record_module_calls,
+)
 from forge.outcome import (
     CandidateAbort,
     CandidateCall,
@@ -527,8 +534,7 @@ class KernelOptimizer:
         """Whether `module_classes` (when given) names the class: qualified, bare, or by its declared layer name."""
         if self.module_classes is None:
             return True
-        names = {qualified, qualified.rsplit(".", 1)[-1], declared_layer(qualified)}
-        return bool(names & self.module_classes)
+        return bool(class_aliases(qualified) & self.module_classes)
 
     def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones

@@ -400,8 +400,8 @@ def float_mismatch_issue(
     `budget` elements (default `outlier_budget(numel)`; the expectation's own counts eager's outliers too) may exceed
     their allowance when none exceeds `max(allowance, tail)`: a kernel with another rounding order than PyTorch's (an
     online softmax, bf16 probabilities before the value product) has its own rare worst elements, elsewhere than
-    eager's. Checked in flat pieces (`iter_pieces`) with one
-    synchronisation when the leaf passes; the details of a failure take a second pass.
+    eager's. Checked in flat pieces (`iter_pieces`) with one synchronisation when the leaf passes; the details of a
+    failure take a second pass.
     """
     values = as_real(got.detach())
     tensors = (values, reference, allowed, special)
