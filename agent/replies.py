@@ -15,10 +15,11 @@ Python that defines an entry point.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from forge.text import parse_python
 
 __all__ = ["DEFAULT_ENTRY_POINTS", "ExtractedCode", "extract_code", "no_code_feedback"]
 
@@ -135,7 +136,7 @@ def extract_code(
 def _whole_reply_as_code(text: str, entry_points: Sequence[str]) -> ExtractedCode | None:
     code = text.strip("\n") + "\n"
     try:
-        ast.parse(code)
+        parse_python(code)
     except SyntaxError:
         return None
     name = _defines(code, entry_points)

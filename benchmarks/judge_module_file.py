@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
             failed += not verdict.ok
             print(f"group {index} of {len(groups)} ({len(instances)} instance(s)): {verdict.status.value}: "
                   f"{verdict.message} [{verdict.wall_s:.1f} s]", flush=True)
+            phases = verdict.details.get("phase_s") or {}
+            if phases:
+                print("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()), flush=True)
             for error in (verdict.details.get("errors") or [])[1:5]:
                 print(f"  {error}", flush=True)
     finally:

@@ -39,6 +39,7 @@ from torch import nn
 
 from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
+from forge.text import parse_python
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "attribute_names",
            "class_aliases", "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
@@ -94,7 +95,7 @@ def declared_layer(target_class: str) -> str | None:
     if isinstance(named, str):
         return named
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(kind)))
+        tree = parse_python(textwrap.dedent(inspect.getsource(kind)))
     except (OSError, TypeError, SyntaxError):
         return None
     node = tree.body[0] if tree.body else None

@@ -61,10 +61,11 @@ from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
 from forge.execution import ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
-from forge.judging import FunctionTarget, InstanceTarget, Judge
+from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, Verdict, default_concurrency
 from forge.judging.modules import WeightGuard, restored_if_written
 from forge.modules import (
     MODULE_PREFIX,
+    ModuleCalls,
     ModuleKernelProvider,
     class_aliases,
     class_name,
@@ -241,6 +242,18 @@ class PlanResult:
         return self.module_profile.reach(self.module_targets) if self.module_profile is not None else None
 
 
+def _judging_time(verdict: Verdict) -> str:
+    """Where a judgement's seconds went, for the progress line: the sandbox child (its start-up, the oracle's calls)
+    and this process's oracle run, when the judge recorded them."""
+    details = verdict.details
+    if "sandbox_s" not in details:
+        return f"{verdict.wall_s:.1f} s"
+    phases = details.get("phase_s") or {}
+    inner = ", ".join(f"{k.removeprefix('child_')} {float(v):.1f}" for k, v in phases.items() if float(v) >= 0.05)
+    return (f"{verdict.wall_s:.1f} s (sandbox {float(details['sandbox_s']):.1f} s"
+            f"{': ' + inner if inner else ''}; here {float(details['in_process_s']):.1f} s)")
+
+
 @dataclass(frozen=True)
 class _ModuleTry:
     """One module source tried on one behaviour group: the provider once prepared (its code, for the class's other
@@ -301,7 +314,8 @@ class KernelOptimizer:
         )
         self.kernel_profiler_factory = kernel_profiler_factory
         self.kernel_utils = kernel_utils if kernel_utils is not None else KernelUtils()
-        self.judge = judge if judge is not None else Judge(self.kernel_utils)
+        self.judge = judge if judge is not None else Judge(self.kernel_utils,
+                                                            JudgeOptions(max_concurrent=default_concurrency()))
         self.provider_min_time_share_percent = _check_percent(
             "provider_min_time_share_percent", provider_min_time_share_percent
         )
@@ -562,37 +576,76 @@ class KernelOptimizer:
             if any(_nested(m, t) for m in instances for t in taken):
                 logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
                 continue
-            written: dict[int, ModuleKernelProvider] = {}  # per source: code it wrote for an earlier group
-            for number, (key, group) in enumerate(calls.instances.items(), start=1):
-                if len(calls.instances) > 1:  # a class of many groups is long work: say where it stands
-                    progress("%s: behaviour group %d of %d (%d instance(s))", name, number, len(calls.instances),
-                             len(group))
-                won = []
-                for index, source in enumerate(self.module_sources):
-                    serves = getattr(source, "serves_class", None)
-                    if serves is not None and not serves(name[len(MODULE_PREFIX):]):
-                        continue
-                    tried = self._module_try(name, source, written.get(index), group, calls.samples[key],
-                                             calls.counts[key])
-                    if tried.judged:  # a provider judged correct on this group (never None then)
-                        written[index] = tried.provider
-                    if tried.entry is not None:
-                        won.append(tried.entry)
-                if won:  # every source is judged and timed; the fastest serves the group
-                    entries.append(min(won, key=lambda e: e.latency_ms))
-                    taken += group
+            try:
+                entries += self._class_entries(name, calls, taken)
+            finally:
+                self.judge.forget_ahead()
         return entries
 
+    def _class_entries(self, name: str, calls: ModuleCalls, taken: list[nn.Module]) -> list[PlanEntry]:
+        """Every behaviour group of one class, each served by the fastest correct source (appended to `taken`).
+        Code a source wrote for one group is judged in the sandbox on all the later groups at once
+        (`Judge.judge_ahead`) before their turn comes."""
+        groups = list(calls.instances.items())
+        targets = [InstanceTarget.of(group[0], calls.samples[key], calls.counts[key]) for key, group in groups]
+        written: dict[int, ModuleKernelProvider] = {}  # per source: code it wrote for an earlier group
+        ahead: set[int] = set()  # sources whose code was judged ahead on the later groups
+        entries: list[PlanEntry] = []
+        for number, (key, group) in enumerate(groups, start=1):
+            if len(groups) > 1:  # a class of many groups is long work: say where it stands
+                progress("%s: behaviour group %d of %d (%d instance(s))", name, number, len(groups), len(group))
+            won = []
+            for index, source in enumerate(self.module_sources):
+                serves = getattr(source, "serves_class", None)
+                if serves is not None and not serves(name[len(MODULE_PREFIX):]):
+                    continue
+                if index in written and index not in ahead:
+                    ahead.add(index)
+                    self._judge_ahead(name, written[index], targets, number)
+                tried = self._module_try(name, source, written.get(index), group, targets[number - 1],
+                                         calls.samples[key], calls.counts[key])
+                if tried.judged:  # a provider judged correct on this group (never None then)
+                    written[index] = tried.provider
+                if tried.entry is not None:
+                    won.append(tried.entry)
+            if won:  # every source is judged and timed; the fastest serves the group
+                entries.append(min(won, key=lambda e: e.latency_ms))
+                taken += group
+        return entries
+
+    def _judge_ahead(self, name: str, earlier: ModuleKernelProvider, targets: list[InstanceTarget],
+                     number: int) -> None:
+        """The sandbox verdicts of the code `earlier` wrote, on the class's groups from `number` (1-based) on,
+        several children at a time (nothing else runs on the device meanwhile); each group's own judging then uses
+        its verdict."""
+        sibling = earlier.sibling()
+        code = sibling.candidate_code() if sibling is not None else None
+        later = targets[number - 1:]
+        if code is None or not later:
+            return
+        progress("%s: judging %s on the %d other group(s) in the sandbox, %d at a time", name, sibling.name,
+                 len(later), min(self.judge.options.max_concurrent, len(later)))
+        done = [0]
+
+        def heard(index: int, verdict: Verdict) -> None:
+            done[0] += 1
+            progress("%s: %s on group %d of %d: %s (%.1f s)", name, sibling.name, number + index, len(targets),
+                     verdict.status.value, verdict.wall_s)
+
+        started = time.monotonic()
+        self.judge.judge_ahead(code, later, kernel_utils=self.kernel_utils, on_verdict=heard)
+        progress("%s: %d sandbox verdict(s) in %.1f s", name, done[0], time.monotonic() - started)
+
     def _module_try(self, name: str, source: Callable[[str], ModuleKernelProvider],
-                    earlier: ModuleKernelProvider | None, instances: list[nn.Module], samples: list[Sample],
-                    counts: list[int]) -> _ModuleTry:
+                    earlier: ModuleKernelProvider | None, instances: list[nn.Module], target: InstanceTarget,
+                    samples: list[Sample], counts: list[int]) -> _ModuleTry:
         """One source for one behaviour group of a class. Code the source wrote for another group of the class
         (`ModuleKernelProvider.sibling`: a `ModelNew` file) is judged on this group first, so a class whose
         instances differ only in a plain attribute (Llama's sixteen `LlamaAttention`s, one `layer_idx` each) costs
         one conversation, not sixteen; only when it is not correct here does the source write another."""
         sibling = earlier.sibling() if earlier is not None else None
         if sibling is not None:
-            tried = self._module_candidate(name, lambda: sibling, sibling.name, instances, samples, counts)
+            tried = self._module_candidate(name, lambda: sibling, sibling.name, instances, target, samples, counts)
             if tried.judged:
                 return _ModuleTry(earlier, tried.entry, True)
             if not earlier.rewrites:  # a kept file: asking its source again gives the same file
@@ -600,10 +653,11 @@ class KernelOptimizer:
             progress("%s: %s is not correct for another group of instances; asking its source again", name,
                      sibling.name)
         return self._module_candidate(name, lambda: source(name[len(MODULE_PREFIX):]), str(source), instances,
-                                      samples, counts)
+                                      target, samples, counts)
 
     def _module_candidate(self, name: str, make: Callable[[], ModuleKernelProvider], label: str,
-                          instances: list[nn.Module], samples: list[Sample], counts: list[int]) -> _ModuleTry:
+                          instances: list[nn.Module], target: InstanceTarget, samples: list[Sample],
+                          counts: list[int]) -> _ModuleTry:
         """One class's instances of one behaviour (`instance_key`): prepare, judge against the original forward
         (float64 on an upcast copy of the instance: `ReferenceModel`), time between two baseline runs."""
         representative = instances[0]
@@ -629,7 +683,8 @@ class KernelOptimizer:
         # Every candidate gets the live instance, and must not write to it; generated code's weights are also copied
         # aside and put back if it did.
         with restored_if_written(representative, restore=kind == "generated") as weights:
-            entry, judged = self._judged_module_entry(name, provider, kind, instances, samples, counts, weights)
+            entry, judged = self._judged_module_entry(name, provider, kind, instances, target, samples, counts,
+                                                      weights)
         return _ModuleTry(provider, entry, judged)
 
     @contextlib.contextmanager
@@ -659,14 +714,13 @@ class KernelOptimizer:
             timer.cancel()
 
     def _judged_module_entry(self, name: str, provider: ModuleKernelProvider, kind: str, instances: list[nn.Module],
-                             samples: list[Sample], counts: list[int],
+                             target: InstanceTarget, samples: list[Sample], counts: list[int],
                              weights: WeightGuard) -> tuple[PlanEntry | None, bool]:
-        """Judge one prepared module provider on the group's first instance, then time it (`_module_candidate`);
-        `weights` watches the instance's tensors from before the replacement was built. Returns the entry (None
-        unless it won) and whether it was judged correct."""
+        """Judge one prepared module provider on the group's first instance (`target`), then time it
+        (`_module_candidate`); `weights` watches the instance's tensors from before the replacement was built.
+        Returns the entry (None unless it won) and whether it was judged correct."""
         representative = instances[0]
         original = functools.partial(type(representative).forward, representative)
-        target = InstanceTarget.of(representative, samples, counts)
         progress("%s: judging %s", name, provider.name)
         try:
             with candidate_code():  # building the replacement runs its constructor
@@ -688,6 +742,7 @@ class KernelOptimizer:
             self._row(name, provider.name, kind, ReportStatus(verdict.status.value),
                       error="; ".join(map(str, errors[:3])))
             return None, False
+        progress("%s: %s judged correct in %s", name, provider.name, _judging_time(verdict))
         utils = self._timing_utils
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
         try:

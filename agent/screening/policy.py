@@ -58,6 +58,8 @@ from typing import Any
 
 import torch
 
+from forge.text import parse_python
+
 __all__ = [
     "ALLOWED_CLASS_DECORATORS",
     "ALLOWED_IMPORT_ROOTS",
@@ -623,7 +625,7 @@ _REGISTERING_CALLS = frozenset({"register_buffer", "register_parameter", "regist
 def _source_tree(path: str) -> ast.Module | None:
     try:
         with open(path, encoding="utf-8") as handle:
-            return ast.parse(handle.read())
+            return parse_python(handle.read(), path)
     except (OSError, SyntaxError, ValueError):
         return None
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from agent.screening import policy
 from agent.screening.violation import Violation
-from forge.text import clip
+from forge.text import clip, parse_python
 
 __all__ = ["PythonAnalysis", "PythonRules", "analyse_python"]
 
@@ -1419,7 +1419,7 @@ class _Analyser:
 def analyse_python(source: str, rules: PythonRules, function_name: str | None = None) -> PythonAnalysis:
     """Parse and screen a Python kernel source; a syntax error gives one `kind="syntax"` violation and no facts."""
     try:
-        tree = ast.parse(source, filename="<candidate>")
+        tree = parse_python(source, filename="<candidate>")
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         text = f": {exc.text.strip()}" if exc.text and exc.text.strip() else ""

@@ -43,6 +43,7 @@ import contextlib
 import io
 import logging
 import math
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -376,6 +377,12 @@ def _float_leaf(
 # ---------------------------------------------------------------------------------------------------------
 # The two reference runs
 # ---------------------------------------------------------------------------------------------------------
+# The two reference runs of one expectation, one at a time in this process: the float64 run turns cuDNN off, a
+# process-wide setting, so two oracles in threads (the judge's children judged at once, `Judge.judge_ahead`) would
+# otherwise give one's eager run the other's backends, or leave cuDNN off when both end.
+_REFERENCE_RUNS = threading.RLock()
+
+
 @contextlib.contextmanager
 def _cudnn_off() -> Iterator[None]:
     """cuDNN disabled, and only that (`torch.backends.cudnn.flags` would also reset its other settings)."""
@@ -428,15 +435,16 @@ def build_expectation(
 
     Raises `ReferenceFailure` when the reference raises on the native-dtype inputs.
     """
-    f64_out, f64_mutated = _float64_run(reference_fn, sample)
-    try:
-        eager_out, eager_mutated = _eager_run(reference_fn, sample)
-    except ReferenceFailure as exc:
-        if f64_out is None or not is_memory_exhaustion(exc.__cause__ or exc):
-            raise
-        logger.info("the native reference ran out of memory beside the float64 results; retrying without them")
-        f64_out, f64_mutated = None, {}
-        eager_out, eager_mutated = _eager_run(reference_fn, sample)
+    with _REFERENCE_RUNS:
+        f64_out, f64_mutated = _float64_run(reference_fn, sample)
+        try:
+            eager_out, eager_mutated = _eager_run(reference_fn, sample)
+        except ReferenceFailure as exc:
+            if f64_out is None or not is_memory_exhaustion(exc.__cause__ or exc):
+                raise
+            logger.info("the native reference ran out of memory beside the float64 results; retrying without them")
+            f64_out, f64_mutated = None, {}
+            eager_out, eager_mutated = _eager_run(reference_fn, sample)
 
     skeleton = skeleton_of(eager_out)
     float64_reference = f64_out is not None and _same_shapes(skeleton, skeleton_of(f64_out))

@@ -2,7 +2,7 @@
 (`FunctionTarget`, `ModuleTarget`, `InstanceTarget`) and what it says (`Verdict`, with a `forge.outcome.Outcome`
 status)."""
 
-from forge.judging.judge import Judge, JudgeOptions, TrustedCall
+from forge.judging.judge import Judge, JudgeOptions, TrustedCall, default_concurrency
 from forge.judging.language import CandidateCode, CandidateLanguage, language_from_ref, language_ref
 from forge.judging.modules import ModuleSource
 from forge.judging.targets import MODULE_SEEDS, FunctionTarget, InstanceTarget, ModuleTarget, Target
@@ -22,6 +22,7 @@ __all__ = [
     "Target",
     "Verdict",
     "TrustedCall",
+    "default_concurrency",
     "language_from_ref",
     "language_ref",
 ]

@@ -14,6 +14,13 @@ object, and a new check is added in one place:
   process and clocks).
 - `judge_code(code, target, serving)`: code from a model that will then run here (a plan's provider, an eval's
   timed candidate): `judge_source` first, then, passed there, `judge_callable` on the same code imported here.
+- `judge_ahead(code, targets)`: the sandbox half of `judge_code` for one file on many targets at once (a `ModelNew`
+  written for one behaviour group of a class, then judged on each of its other groups), several children at a time;
+  the later `judge_code` for each target uses that verdict instead of starting another child. Why: a sandbox
+  judgement is mostly the child's start-up (measured on the CPU for the Hugging Face Llama's tiny `LlamaAttention`:
+  8.0 s in the sandbox, of which 1.8 s the oracle's calls, beside 1.5 s in this process; on the H200 each of the
+  sixteen `LlamaAttention` groups took 22-30 s to judge and time, 7 minutes for one class), and children of one
+  file on different instances are independent.
 - `judge_callable(fn, target)`: code this process already trusts (a static provider, a kernel library, an eval's
   eager or compiled baseline, a generated kernel being re-checked where it will serve): the same oracle, in
   process.
@@ -26,7 +33,10 @@ Every answer is a `forge.judging.verdict.Verdict` whose `status` is a `forge.out
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,9 +55,26 @@ from forge.text import clip
 if TYPE_CHECKING:
     from forge.sandbox.isolation import Isolation
 
-__all__ = ["Judge", "JudgeOptions", "TrustedCall"]
+__all__ = ["Judge", "JudgeOptions", "TrustedCall", "default_concurrency"]
+
+logger = logging.getLogger(__name__)
 
 _MESSAGE_CHARS = 300
+# Sandbox children at once for `judge_ahead` when not set: one per four cores, at most four (each child imports
+# torch and the model's library, and runs the oracle's calls; a 2-core machine gets one).
+_CORES_PER_CHILD = 4
+_MAX_DEFAULT_CHILDREN = 4
+
+
+def default_concurrency() -> int:
+    """Sandbox children a `Judge` runs at once where nothing else uses the device (`judge_ahead`):
+    `$KFORGE_JUDGE_CONCURRENCY`, else one per four cores, at most four."""
+    from forge.env import env_int
+
+    cores = os.cpu_count() or 1
+    fallback = max(1, min(_MAX_DEFAULT_CHILDREN, cores // _CORES_PER_CHILD))
+    return int(env_int("KFORGE_JUDGE_CONCURRENCY", fallback, minimum=1, what="a number of sandbox children",
+                       hint="give a whole number >= 1, such as 4"))
 
 
 @dataclass(frozen=True)
@@ -70,6 +97,10 @@ class Judge:
         from forge.sandbox.pool import SandboxPool  # the sandbox imports the judge's targets and verdicts
 
         self.pool = SandboxPool(self.options.max_concurrent, self.options.sandbox)
+        # Sandbox verdicts judged ahead (`judge_ahead`), by (target object, source, language, oracle settings); the
+        # target is held so its id cannot be reused while its verdict waits.
+        self._ahead: dict[tuple[int, str, str, int], tuple[Any, Verdict]] = {}
+        self._ahead_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Judge(timing={self.kernel_utils.timing.value}, max_concurrent={self.options.max_concurrent})"
@@ -96,14 +127,59 @@ class Judge:
         here unless it passed there, then the same oracle again here, where it will serve and be timed. A kernel
         that behaves differently in a process that has called it fewer times (counting its calls, keying on
         addresses) meets the oracle's randomised calls in both processes."""
-        verdict = self.judge_source(code.source, target, code.language, benchmark=False, kernel_utils=kernel_utils)
+        with self._ahead_lock:
+            ahead = self._ahead.pop(self._ahead_key(code, target, kernel_utils), None)
+        verdict = ahead[1] if ahead is not None else self.judge_source(code.source, target, code.language,
+                                                                         benchmark=False, kernel_utils=kernel_utils)
         if not verdict.ok:
             return verdict
         here = self.judge_callable(serving, target, kernel_utils=kernel_utils)
-        if here.ok:
-            return verdict
+        if here.ok:  # the sandbox's verdict, with the time each process took (where a judgement's time goes)
+            return dataclasses.replace(verdict, details={**verdict.details, "sandbox_s": verdict.wall_s,
+                                                         "in_process_s": here.wall_s},
+                                       wall_s=verdict.wall_s + here.wall_s)
         return dataclasses.replace(here, details={**here.details, "judged": "in the sandbox, then in this process"},
                                    isolation=verdict.isolation)
+
+    def judge_ahead(self, code: Any, targets: Sequence[FunctionTarget | ModuleTarget], *,
+                    kernel_utils: KernelUtils | None = None,
+                    on_verdict: Callable[[int, Verdict], None] | None = None) -> list[Verdict | None]:
+        """The sandbox verdicts of `code` (`CandidateCode`) on each of `targets`, up to `options.max_concurrent`
+        children at a time; each is kept for the `judge_code` call with the same code, target object and
+        `kernel_utils`, which then starts no child of its own (its in-process run still follows). Call it only
+        while nothing else times on the device. `on_verdict(index, verdict)` hears each as it comes; a judgement
+        that raised is None here and is judged again by `judge_code`."""
+        if not targets:
+            return []
+        results: list[Verdict | None] = [None] * len(targets)
+        workers = min(self.options.max_concurrent, len(targets))
+        with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kforge-judge") as executor:
+            futures = {executor.submit(self.judge_source, code.source, target, code.language, benchmark=False,
+                                       kernel_utils=kernel_utils): index for index, target in enumerate(targets)}
+            for future in cf.as_completed(futures):
+                index = futures[future]
+                try:
+                    verdict = future.result()
+                except Exception as exc:  # noqa: BLE001 - judge_code judges this target itself
+                    logger.info("judging ahead on %s raised %s: %s; it is judged on its turn", targets[index].label,
+                                type(exc).__name__, exc)
+                    continue
+                results[index] = verdict
+                with self._ahead_lock:
+                    self._ahead[self._ahead_key(code, targets[index], kernel_utils)] = (targets[index], verdict)
+                if on_verdict is not None:
+                    on_verdict(index, verdict)
+        return results
+
+    def forget_ahead(self) -> None:
+        """Drop the verdicts judged ahead that no `judge_code` used (a class left before its last group)."""
+        with self._ahead_lock:
+            self._ahead.clear()
+
+    @staticmethod
+    def _ahead_key(code: Any, target: Any, kernel_utils: KernelUtils | None) -> tuple[int, str, str, int]:
+        language = getattr(code.language, "name", None) or type(code.language).__name__
+        return id(target), code.source, str(language), id(kernel_utils)
 
     # -- code this process trusts -----------------------------------------------------------------------
     def judge_callable(self, candidate: Callable[..., Any], target: FunctionTarget | ModuleTarget, *,

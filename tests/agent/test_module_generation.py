@@ -5,6 +5,8 @@ saved, loaded and applied in eager and under `torch.compile` (inductor)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -127,6 +129,38 @@ def test_an_honest_modelnew_passes_and_library_only_or_torch_math_replacements_a
                                                                                                {})]), triton_language)
     assert not launched_nothing.ok
     assert "no kernel of the candidate was launched" in launched_nothing.message, launched_nothing.message
+
+
+def test_a_file_judged_ahead_on_several_instances_gets_each_its_own_verdict_and_judge_code_reuses_it(judge) -> None:
+    """`Judge.judge_ahead`: one file, two instances judged in the sandbox at once. A file that hard-codes the first
+    instance's eps is correct for it and a mismatch for the other; `judge_code` then uses those verdicts (no new
+    child), and a target object it was not judged ahead on starts a child of its own."""
+    from forge.judging import CandidateCode
+
+    norms = [LlamaRMSNorm(64, eps=eps).eval() for eps in (1e-6, 0.5)]
+    sample = Sample((torch.randn(2, 8, 64),), {})
+    targets = [InstanceTarget.of(norm, [sample]) for norm in norms]
+    hard_coded = CandidateCode(RMS_MODELNEW.replace("self.variance_epsilon = original.variance_epsilon",
+                                                    "self.variance_epsilon = 1e-6"), get_language("triton"))
+    heard = []
+    verdicts = judge.judge_ahead(hard_coded, targets, on_verdict=lambda index, v: heard.append(index))
+    assert [v.status for v in verdicts] == [Outcome.OK, Outcome.MISMATCH], [v.message for v in verdicts]
+    assert sorted(heard) == [0, 1]
+    children = []
+    real_run = judge.pool.run
+    judge.pool.run = lambda *args, **kwargs: children.append(args[1]) or real_run(*args, **kwargs)
+    try:
+        namespace: dict = {}
+        exec(compile(hard_coded.source, "<modelnew>", "exec"), namespace)  # noqa: S102 - the file judged above
+        served = [namespace["ModelNew"](norm) for norm in norms]
+        first = judge.judge_code(hard_coded, targets[0], served[0])
+        second = judge.judge_code(hard_coded, targets[1], served[1])
+        assert first.ok and first.details["in_process_s"] >= 0 and second.status is Outcome.MISMATCH
+        assert children == []  # both verdicts came from the sandbox runs judged ahead
+        again = judge.judge_code(hard_coded, InstanceTarget.of(norms[0], [sample]), served[0])
+        assert again.ok and len(children) == 1  # a target not judged ahead: its own child
+    finally:
+        judge.pool.run = real_run
 
 
 def test_a_modelnew_that_copies_a_parameter_is_refused_when_bound() -> None:
@@ -273,7 +307,7 @@ def test_a_library_declared_layer_is_found_and_named_like_its_class() -> None:
 
 
 def test_one_file_serves_every_behaviour_group_it_is_correct_for_and_a_group_it_is_wrong_for_gets_its_own(
-        scripted_llm, tmp_path) -> None:
+        scripted_llm, tmp_path, caplog) -> None:
     """Llama's sixteen `LlamaAttention`s differ only in `layer_idx`, a plain attribute, so each is a behaviour group
     of its own: the file written for the first group is judged on the others before any new conversation. Here
     three `LlamaRMSNorm`s: two alike but for a `layer_idx`, one with another eps. The first reply hard-codes the
@@ -293,11 +327,15 @@ def test_one_file_serves_every_behaviour_group_it_is_correct_for_and_a_group_it_
                                     module_sources=[LLMModuleSource(generator)],
                                     module_classes=["LlamaRMSNorm"], module_min_time_share_percent=0.0,
                                     end_to_end_check=False, judge=generator.judge)
-        result = optimizer.optimize(model, data)
+        with caplog.at_level(logging.INFO, logger="forge.progress"):
+            result = optimizer.optimize(model, data)
     finally:
         generator.close()
     generated = result.report[result.report["source"] == "generated"]
     assert list(generated["outcome"]) == ["ok", "ok", "mismatch", "ok"], generated.to_string()
+    said = [r.getMessage() for r in caplog.records]  # the later groups were judged in the sandbox at once
+    assert any("on the 2 other group(s) in the sandbox" in line for line in said), said
+    assert any("2 sandbox verdict(s) in" in line for line in said), said
     assert len(scripted_llm.requests) == 2  # one conversation per file, not per group
     assert generated["candidate"].iloc[0] == generated["candidate"].iloc[2] != generated["candidate"].iloc[3]
     assert result.module_targets == (RMS_CLASS,)

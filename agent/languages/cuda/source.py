@@ -20,6 +20,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from forge.text import parse_python
+
 __all__ = [
     "CUDA_SOURCE_NAME",
     "HANDLE_FACTORY",
@@ -114,7 +116,7 @@ def extract_cuda_source(python_source: str) -> tuple[str, int] | None:
     """`(CUDA_SRC value, line of the assignment)` when the file assigns one plain string literal to a module-level
     `CUDA_SRC` exactly once; None otherwise (no such name, an f-string, concatenation, or several assignments)."""
     try:
-        tree = ast.parse(python_source)
+        tree = parse_python(python_source)
     except SyntaxError:
         return None
     found: list[tuple[str, int]] = []
