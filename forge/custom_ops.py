@@ -80,7 +80,8 @@ class DispatchStats:
     mode the plan was made for (a call seen in another mode warns once per mode: `note_mode`).
     """
 
-    __slots__ = ("provider_calls", "fallback_calls", "provider_errors", "execution", "modes_warned", "__weakref__")
+    __slots__ = ("provider_calls", "fallback_calls", "provider_errors", "execution", "modes_warned", "first_miss",
+                 "__weakref__")
 
     def __init__(self, execution: str | None = None) -> None:
         self.provider_calls = 0
@@ -88,6 +89,8 @@ class DispatchStats:
         self.provider_errors = 0
         self.execution = execution
         self.modes_warned: set[str] = set()
+        # The signature key of the first call the guard refused (module entries), to say why an entry never served.
+        self.first_miss: Hashable | None = None
 
     def note_mode(self, running: str, function: str) -> None:
         """Warn (once per mode) when `running` is not the mode the plan was made for."""

@@ -242,6 +242,21 @@ class PlanResult:
         return self.module_profile.reach(self.module_targets) if self.module_profile is not None else None
 
 
+def _never_served(runners: Sequence[ModelRunner]) -> dict[int, str]:
+    """The module entries that no planned run of the end-to-end check served (by id), with why
+    (`KernelProviderRuntime.unserved`)."""
+    unserved: dict[int, str] = {}
+    served: set[int] = set()
+    for runner in runners:
+        runtime = runner.runtime
+        if runtime is None:
+            continue
+        missed = {id(entry): why for entry, why in runtime.unserved()}
+        unserved.update(missed)
+        served.update(id(entry) for entry in runtime.module_entries if id(entry) not in missed)
+    return {key: why for key, why in unserved.items() if key not in served}
+
+
 def _judging_time(verdict: Verdict) -> str:
     """Where a judgement's seconds went, for the progress line: the sandbox child (its start-up, the oracle's calls)
     and this process's oracle run, when the judge recorded them."""
@@ -250,8 +265,9 @@ def _judging_time(verdict: Verdict) -> str:
         return f"{verdict.wall_s:.1f} s"
     phases = details.get("phase_s") or {}
     inner = ", ".join(f"{k.removeprefix('child_')} {float(v):.1f}" for k, v in phases.items() if float(v) >= 0.05)
+    ahead = ", judged ahead beside the class's other groups" if details.get("judged_ahead") else ""
     return (f"{verdict.wall_s:.1f} s (sandbox {float(details['sandbox_s']):.1f} s"
-            f"{': ' + inner if inner else ''}; here {float(details['in_process_s']):.1f} s)")
+            f"{': ' + inner if inner else ''}{ahead}; here {float(details['in_process_s']):.1f} s)")
 
 
 @dataclass(frozen=True)
@@ -1073,14 +1089,25 @@ class KernelOptimizer:
                 self._mark_dropped(entry, f"the end-to-end check failed: {type(exc).__name__}: {exc}")
             return []
         finally:
+            never = _never_served(runners)
             for runner in runners:
                 runner.close()
-        for entry, why in check.dropped:
-            self._mark_dropped(entry, why)
         self._run.end_to_end = check.frame()
         self._run.plan_check = check
         logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        return list(check.kept)
+        # An entry the model never called with a judged signature saved nothing, whatever the timing said: that is
+        # what its row says, and it is not kept.
+        for entry in [*check.kept, *(e for e, _ in check.dropped)]:
+            if id(entry) in never:
+                logger.warning("%s (%s) never served in the model, so it is not kept: %s", entry.function,
+                               entry.description or entry.provider.name, never[id(entry)])
+        for entry, why in check.dropped:
+            self._mark_dropped(entry, f"never served in the model: {never[id(entry)]}" if id(entry) in never else why)
+        kept = [entry for entry in check.kept if id(entry) not in never]
+        for entry in check.kept:
+            if id(entry) in never:
+                self._mark_dropped(entry, f"never served in the model: {never[id(entry)]}")
+        return kept
 
     def _mark_dropped(self, entry: PlanEntry, why: str) -> None:
         for row in self._rows:

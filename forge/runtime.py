@@ -58,7 +58,7 @@ from forge.execution import Execution, parse_execution
 from forge.functional import original_function
 from forge.modules import MODULE_PREFIX, class_name
 from forge.profiler.kernels import PLAN_LABEL
-from forge.samples import Sample, TensorSpec, iter_leaves, signature_of
+from forge.samples import Sample, TensorSpec, iter_leaves, signature_miss, signature_of
 
 if TYPE_CHECKING:
     from forge.plan import KernelOptimizationPlan, PlanEntry
@@ -462,9 +462,10 @@ def _module_forward(entry: PlanEntry, stats: DispatchStats, replacement: Callabl
         if torch.compiler.is_compiling():
             return traced(args, kwargs)
         try:
-            hit = signature_of(args, kwargs) in keys and _eligible(args, kwargs)
+            key = signature_of(args, kwargs)
+            hit = key in keys and _eligible(args, kwargs)
         except TypeError:
-            hit = False
+            key, hit = None, False
         if hit:
             stats.provider_calls += 1
             try:
@@ -474,6 +475,8 @@ def _module_forward(entry: PlanEntry, stats: DispatchStats, replacement: Callabl
                 return replacement(*args, **kwargs)
             except Exception:
                 _provider_failed(name, stats)
+        elif stats.first_miss is None and key is not None:
+            stats.first_miss = key
         stats.fallback_calls += 1
         return original(*args, **kwargs)
 
@@ -574,6 +577,29 @@ class KernelProviderRuntime:
     @property
     def entries(self) -> tuple[PlanEntry, ...]:
         return self.plan.entries
+
+    @property
+    def module_entries(self) -> tuple[PlanEntry, ...]:
+        """The plan's module entries (routed by instance), in plan order."""
+        return tuple(entry for entry, _ in self._modules)
+
+    def unserved(self) -> list[tuple[PlanEntry, str]]:
+        """The module entries whose instances were called under this runtime and never served (every call fell
+        back to the original forward), each with why in words (`forge.samples.signature_miss`: the arguments in
+        which the model's calls differ from the validated signatures, or no instance of the model is one it
+        serves). A plan entry that never serves only costs its routing."""
+        served = {id(entry) for _, entry, _ in (self._served or [])}
+        found = []
+        for entry, stats in self._modules:
+            if stats.provider_calls or stats.provider_errors:
+                continue
+            if self._served is not None and id(entry) not in served:
+                found.append((entry, "no instance of the model is one it was judged for (instance_key)"))
+            elif stats.fallback_calls:
+                why = signature_miss(entry.signature_keys, stats.first_miss) if stats.first_miss is not None else \
+                    "its calls could not be keyed"
+                found.append((entry, f"every call fell back: {why}"))
+        return found
 
     @property
     def is_active(self) -> bool:

@@ -29,11 +29,13 @@ clone describe the same call. Samples and specs convert to and from JSON-safe di
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
+
+from forge.text import clip
 
 __all__ = [
     "Sample",
@@ -47,11 +49,14 @@ __all__ = [
     "sample_from_json",
     "sample_to_json",
     "signature_from_json",
+    "signature_miss",
     "signature_of",
     "spec_sample",
     "value_from_json",
     "value_to_json",
 ]
+
+_ABSENT = object()
 
 
 class Sample(NamedTuple):
@@ -410,6 +415,34 @@ def signature_of(args: tuple, kwargs: dict) -> Hashable:
         tuple([key(a) for a in args]),
         tuple(sorted([(k, key(v)) for k, v in kwargs.items()])) if kwargs else (),
     )
+
+
+def signature_miss(validated: Iterable[Hashable], called: Hashable) -> str:
+    """Why a call's `signature_of` key is not among the `validated` ones, in words: the arguments in which it differs
+    from the nearest validated signature (the one differing in the fewest), e.g. "keyword position_embeddings:
+    validated ('tuple', ...), called ('list', ...)". For the log of a plan entry that never served."""
+    def arguments(key: Hashable) -> dict[str, Any]:
+        positional, keywords = key  # type: ignore[misc]
+        return {**{f"argument {i}": v for i, v in enumerate(positional)}, **{f"keyword {k}": v for k, v in keywords}}
+
+    try:
+        here = arguments(called)
+    except (TypeError, ValueError):
+        return "the call's signature could not be read"
+    best: list[str] | None = None
+    for key in validated:
+        there = arguments(key)
+        differs = [name for name in sorted(set(here) | set(there))
+                   if here.get(name, _ABSENT) != there.get(name, _ABSENT)]
+        if best is None or len(differs) < len(best):
+            best, nearest = differs, there
+    if best is None:
+        return "no signature was validated"
+    if not best:
+        return "the signature is a validated one (the call was refused for another reason: a tensor needing grad "\
+               "or a tensor subclass)"
+    return "; ".join(f"{name}: validated {clip(str(nearest.get(name, 'absent')), 160)}, called "
+                     f"{clip(str(here.get(name, 'absent')), 160)}" for name in best[:3])
 
 
 def iter_leaves(value: Any) -> Iterator[Any]:

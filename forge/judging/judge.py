@@ -135,8 +135,8 @@ class Judge:
             return verdict
         here = self.judge_callable(serving, target, kernel_utils=kernel_utils)
         if here.ok:  # the sandbox's verdict, with the time each process took (where a judgement's time goes)
-            return dataclasses.replace(verdict, details={**verdict.details, "sandbox_s": verdict.wall_s,
-                                                         "in_process_s": here.wall_s},
+            timing = {"sandbox_s": verdict.wall_s, "in_process_s": here.wall_s, "judged_ahead": ahead is not None}
+            return dataclasses.replace(verdict, details={**verdict.details, **timing},
                                        wall_s=verdict.wall_s + here.wall_s)
         return dataclasses.replace(here, details={**here.details, "judged": "in the sandbox, then in this process"},
                                    isolation=verdict.isolation)

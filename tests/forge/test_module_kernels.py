@@ -116,6 +116,12 @@ def test_unjudged_calls_and_instances_run_the_original_forward_and_errors_restor
     assert NormKernel.calls == 1
     stats = runtime.stats[module_target_name(SlowNorm)]
     assert (stats.provider_calls, stats.fallback_calls) == (1, 1)
+    assert runtime.unserved() == []  # served once: a miss alone is not "never served"
+    with plan.apply(net) as runtime:
+        net.norms[0](torch.randn(3, 16))
+    [(entry, why)] = runtime.unserved()
+    assert entry is plan.entries[0] and why.startswith("every call fell back: argument 0: validated ('T', torch.Size"
+                                                       "([4, 16])"), why
     with pytest.raises(RuntimeError, match="boom"), plan.apply(net):
         raise RuntimeError("boom")
     assert all("forward" not in m.__dict__ for m in net.modules())
@@ -232,3 +238,46 @@ def test_code_for_one_behaviour_group_is_judged_on_the_others_and_a_fixed_source
         assert "forward" in vars(norms[0]) and "forward" in vars(norms[1]) and "forward" not in vars(norms[2])
     served = [s for name, s in runtime.stats.items() if name.startswith(module_target_name(SlowNorm))]
     assert sum(s.provider_calls for s in served) == 2 and sum(s.fallback_calls for s in served) == 0
+
+
+class StepNorm(SlowNorm):
+    """A norm its model calls with a per-call counter (a value in the call's signature that never repeats)."""
+
+    def forward(self, x, step=0):
+        return super().forward(x)
+
+
+class Stepping(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = StepNorm(16)
+        self.steps = 0
+
+    def forward(self, x):
+        for _ in range(2):
+            self.steps += 1
+            x = self.norm(x, step=self.steps)
+        return x
+
+
+class StepNormKernel(NormKernel, type_name="test_step_norm_kernel"):
+    def _bind(self, module):
+        forward = super()._bind(module)
+        return lambda x, step=0: forward(x)
+
+
+def test_an_entry_the_model_never_calls_with_its_judged_signature_is_dropped_saying_which_argument_differs(caplog):
+    """Judged and faster on the calls seen while planning, but the model's later calls never have that signature
+    (here a counter argument): the end-to-end check's runs show it never served, and it is not kept."""
+    net = Stepping()
+    optimizer = KernelOptimizer(kernel_providers=[], module_sources=[StepNormKernel], kernel_utils=UTILS,
+                                module_min_time_share_percent=0.0, end_to_end_blocks=5)
+    with caplog.at_level(logging.WARNING, logger="forge.optimizer"):
+        plan = optimizer.make_plan(net, _data())
+    assert len(plan) == 0
+    name = module_target_name(StepNorm)
+    rows = optimizer.report[optimizer.report["function"] == name]
+    [why] = list(rows[rows["status"].str.startswith("dropped")]["error"])
+    assert why.startswith("never served in the model: every call fell back: keyword step: validated (<class 'int'>, "
+                          ), why
+    assert any("never served in the model" in r.getMessage() for r in caplog.records)
