@@ -276,6 +276,9 @@ class VariantResult:
     correct: bool | None = None
     note: str = ""
     block_medians_ms: tuple[float, ...] = ()
+    # Module entries of the plan this variant's runs never served (every call fell back to the original forward),
+    # each "function: why" (`KernelProviderRuntime.unserved`): a saving the per-call timings promised that is not here.
+    unserved: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -531,6 +534,8 @@ def compare_end_to_end(
         if profile and len(plan):
             profiles = _profiles({k: r for k, r in runners.items() if medians.get(k)}, device, profile_passes, notes)
     finally:
+        unserved = {key: tuple(f"{entry.function}: {why}" for entry, why in run.runtime.unserved())
+                    for key, run in runners.items() if run.runtime is not None}
         for run in runners.values():
             run.close()
     rows = []
@@ -543,9 +548,13 @@ def compare_end_to_end(
             note = notes.get(key, "")
             if with_plan and len(plan) and plan.execution is not execution and not note:
                 note = f"plan made for {plan.execution.value}"
+            missed = unserved.get(key, ())
+            if missed:
+                note = "; ".join(filter(None, [note, f"{len(missed)} module entr{'y' if len(missed) == 1 else 'ies'} "
+                                                     f"never served (first: {missed[0]})"]))
             rows.append(VariantResult(
                 variant=label, execution=execution, with_plan=with_plan, result=result, max_abs_error=error,
                 correct=None if error is None else bool(error <= tolerance), note=note,
-                block_medians_ms=tuple(medians.get(key, ())),
+                block_medians_ms=tuple(medians.get(key, ())), unserved=missed,
             ))
     return EndToEndReport(rows=tuple(rows), blocks=blocks, profiles=profiles)

@@ -281,3 +281,20 @@ def test_an_entry_the_model_never_calls_with_its_judged_signature_is_dropped_say
     assert why.startswith("never served in the model: every call fell back: keyword step: validated (<class 'int'>, "
                           ), why
     assert any("never served in the model" in r.getMessage() for r in caplog.records)
+
+
+def test_the_end_to_end_report_says_which_module_entries_a_variant_never_served() -> None:
+    from forge.end_to_end import compare_end_to_end
+
+    net = Stepping()
+    provider = StepNormKernel(class_name(StepNorm))
+    sample = Sample((torch.randn(4, 16),), {"step": 0})
+    assert provider.prepare_instances([net.norm], [sample])
+    plan = KernelOptimizationPlan(entries=(PlanEntry(provider=provider, signatures=(sample,)),))
+    report = compare_end_to_end(net, _data(), plan, executions=["eager"], blocks=1, rounds=2, min_run_time_s=0.0)
+    planned = next(row for row in report.rows if row.with_plan)
+    [missed] = planned.unserved
+    assert missed.startswith(f"{module_target_name(StepNorm)}: every call fell back: keyword step: validated "
+                             f"(<class 'int'>, 0), called (<class 'int'>, "), missed
+    assert "1 module entry never served" in planned.note
+    assert not next(row for row in report.rows if not row.with_plan).unserved
