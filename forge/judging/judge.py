@@ -19,8 +19,9 @@ object, and a new check is added in one place:
   the later `judge_code` for each target uses that verdict instead of starting another child. Why: a sandbox
   judgement is mostly the child's start-up (measured on the CPU for the Hugging Face Llama's tiny `LlamaAttention`:
   8.0 s in the sandbox, of which 1.8 s the oracle's calls, beside 1.5 s in this process; on the H200 each of the
-  sixteen `LlamaAttention` groups took 22-30 s to judge and time, 7 minutes for one class), and children of one
-  file on different instances are independent.
+  sixteen `LlamaAttention` groups took 22-30 s to judge and time, 7 minutes for one class, and judged ahead four at
+  a time the fifteen later groups took 93-119 s in all: BENCHMARKS.md K8), and children of one file on different
+  instances are independent.
 - `judge_callable(fn, target)`: code this process already trusts (a static provider, a kernel library, an eval's
   eager or compiled baseline, a generated kernel being re-checked where it will serve): the same oracle, in
   process.
