@@ -641,16 +641,15 @@ class KernelOptimizer:
             return
         progress("%s: judging %s on the %d other group(s) in the sandbox, %d at a time", name, sibling.name,
                  len(later), min(self.judge.options.max_concurrent, len(later)))
-        done = [0]
 
         def heard(index: int, verdict: Verdict) -> None:
-            done[0] += 1
             progress("%s: %s on group %d of %d: %s (%.1f s)", name, sibling.name, number + index, len(targets),
                      verdict.status.value, verdict.wall_s)
 
         started = time.monotonic()
-        self.judge.judge_ahead(code, later, kernel_utils=self.kernel_utils, on_verdict=heard)
-        progress("%s: %d sandbox verdict(s) in %.1f s", name, done[0], time.monotonic() - started)
+        verdicts = self.judge.judge_ahead(code, later, kernel_utils=self.kernel_utils, on_verdict=heard)
+        progress("%s: %d sandbox verdict(s) in %.1f s", name, sum(v is not None for v in verdicts),
+                 time.monotonic() - started)
 
     def _module_try(self, name: str, source: Callable[[str], ModuleKernelProvider],
                     earlier: ModuleKernelProvider | None, instances: list[nn.Module], target: InstanceTarget,
@@ -1097,16 +1096,16 @@ class KernelOptimizer:
         logger.info("End-to-end check:\n%s", self.end_to_end.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         # An entry the model never called with a judged signature saved nothing, whatever the timing said: that is
         # what its row says, and it is not kept.
-        for entry in [*check.kept, *(e for e, _ in check.dropped)]:
+        kept = []
+        for entry, why in [*((e, None) for e in check.kept), *check.dropped]:
             if id(entry) in never:
                 logger.warning("%s (%s) never served in the model, so it is not kept: %s", entry.function,
                                entry.description or entry.provider.name, never[id(entry)])
-        for entry, why in check.dropped:
-            self._mark_dropped(entry, f"never served in the model: {never[id(entry)]}" if id(entry) in never else why)
-        kept = [entry for entry in check.kept if id(entry) not in never]
-        for entry in check.kept:
-            if id(entry) in never:
                 self._mark_dropped(entry, f"never served in the model: {never[id(entry)]}")
+            elif why is None:
+                kept.append(entry)
+            else:
+                self._mark_dropped(entry, why)
         return kept
 
     def _mark_dropped(self, entry: PlanEntry, why: str) -> None:

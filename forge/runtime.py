@@ -584,10 +584,11 @@ class KernelProviderRuntime:
         return tuple(entry for entry, _ in self._modules)
 
     def unserved(self) -> list[tuple[PlanEntry, str]]:
-        """The module entries whose instances were called under this runtime and never served (every call fell
-        back to the original forward), each with why in words (`forge.samples.signature_miss`: the arguments in
-        which the model's calls differ from the validated signatures, or no instance of the model is one it
-        serves). A plan entry that never serves only costs its routing."""
+        """The module entries that served nothing under this runtime, each with why in words: no instance of the
+        model is one it was judged for, or its instances were called and every call fell back to the original
+        forward (`forge.samples.signature_miss`: the arguments in which the model's calls differ from the validated
+        signatures). An entry whose instances were not called yet is not listed. A plan entry that never serves
+        only costs its routing."""
         served = {id(entry) for _, entry, _ in (self._served or [])}
         found = []
         for entry, stats in self._modules:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forge.checking.kernel_utils import KernelUtils
+from forge.env import env_int
 from forge.judging.modules import ModelCall, changed_tensors, check_module, tensor_digest
 from forge.judging.targets import FunctionTarget, InstanceTarget, ModuleTarget
 from forge.judging.verdict import Verdict
@@ -70,8 +71,6 @@ _MAX_DEFAULT_CHILDREN = 4
 def default_concurrency() -> int:
     """Sandbox children a `Judge` runs at once where nothing else uses the device (`judge_ahead`):
     `$KFORGE_JUDGE_CONCURRENCY`, else one per four cores, at most four."""
-    from forge.env import env_int
-
     cores = os.cpu_count() or 1
     fallback = max(1, min(_MAX_DEFAULT_CHILDREN, cores // _CORES_PER_CHILD))
     return int(env_int("KFORGE_JUDGE_CONCURRENCY", fallback, minimum=1, what="a number of sandbox children",

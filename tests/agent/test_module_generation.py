@@ -150,9 +150,8 @@ def test_a_file_judged_ahead_on_several_instances_gets_each_its_own_verdict_and_
     real_run = judge.pool.run
     judge.pool.run = lambda *args, **kwargs: children.append(args[1]) or real_run(*args, **kwargs)
     try:
-        namespace: dict = {}
-        exec(compile(hard_coded.source, "<modelnew>", "exec"), namespace)  # noqa: S102 - the file judged above
-        served = [namespace["ModelNew"](norm) for norm in norms]
+        provider = GeneratedModuleProvider(RMS_CLASS, hard_coded.source, language="triton")
+        served = [provider.bind(norm) for norm in norms]
         first = judge.judge_code(hard_coded, targets[0], served[0])
         second = judge.judge_code(hard_coded, targets[1], served[1])
         assert first.ok and first.details["in_process_s"] >= 0 and second.status is Outcome.MISMATCH
