@@ -84,21 +84,23 @@ class _FileSource:
 def run_model(demo_name: str, device: torch.device, execution: str, force: list[str], blocks: int,
               e2e_blocks: int, modes: list[str] | None = None, modules: bool = True,
               module_files: list[str] | None = None, module_classes: list[str] | None = None,
-              module_threshold: float = MODULE_MIN_SHARE_PERCENT) -> dict[str, Any]:
+              module_threshold: float = MODULE_MIN_SHARE_PERCENT, providers: bool = True,
+              graphs: bool = True) -> dict[str, Any]:
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
     sources = ([CompiledModuleProvider] if modules else []) + [_FileSource(spec) for spec in module_files or []]
-    optimizer = KernelOptimizer(kernel_providers=default_providers(device), kernel_utils=KernelUtils(),
-                                end_to_end_blocks=e2e_blocks, module_sources=sources, module_classes=module_classes,
-                                module_min_time_share_percent=module_threshold)
+    optimizer = KernelOptimizer(kernel_providers=default_providers(device) if providers else [],
+                                kernel_utils=KernelUtils(), end_to_end_blocks=e2e_blocks, module_sources=sources,
+                                module_classes=module_classes, module_min_time_share_percent=module_threshold,
+                                graph_blocks=graphs)
     plan = optimizer.make_plan(model, data, execution=execution)
     result: dict[str, Any] = {
         "model": demo_name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "execution": execution, "plan_seconds": time.monotonic() - started,
         "profile": _records(optimizer.profile_summary), "candidates": _records(optimizer.report),
         "modules": _records(optimizer.module_profile.hot(15)) if optimizer.module_profile is not None else [],
-        "module_targets": list(optimizer.module_targets),
+        "module_targets": list(optimizer.module_targets), "graph_blocks": list(optimizer.last_result.graph_blocks),
         "reach": None if optimizer.last_result.reach is None else optimizer.last_result.reach.describe(8),
         "end_to_end_check": _records(optimizer.end_to_end), "plan_functions": plan.functions, "reports": [],
         "clock": None if optimizer.clock is None else {"timing": optimizer.clock.timing.value,
@@ -138,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module-threshold", type=float, default=MODULE_MIN_SHARE_PERCENT, metavar="PCT",
                         help="share of the kernel time outside F calls that makes a class a module target")
     parser.add_argument("--modules", nargs="+", default=None, help="only these module classes (bare names)")
+    parser.add_argument("--no-providers", action="store_true", help="no static F-call providers")
+    parser.add_argument("--no-graphs", action="store_true",
+                        help="no blocks replayed from CUDA graphs (tried in eager execution on CUDA)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks,
                                args.report_modes, not args.no_modules, args.module_file, args.modules,
-                               args.module_threshold)
+                               args.module_threshold, not args.no_providers, not args.no_graphs)
         except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
             logging.exception("%s failed", name)
             result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}

@@ -87,6 +87,7 @@ from forge.profiler.modules import ModuleProfile, Reach, profile_modules
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
+from forge.providers.graphed_module import GraphedModuleProvider
 from forge.samples import Sample
 from forge.text import clip
 
@@ -155,6 +156,9 @@ def default_generation_timeout() -> float:
 MODULE_MIN_SHARE_PERCENT = 1.0
 _DECLARED_LAYER_SHARE = 1.0  # percent of the kernel time a declared swappable layer needs to be a module target
 _BACKBONE_SHARE = 0.5  # a module called once per pass that holds more of the kernel time than this is the model
+# A block replayed from a CUDA graph in eager execution (`GraphedModuleProvider`) from this share of the kernel time:
+# each replay costs a few host calls (inputs in, replay, outputs out), so only blocks of many launches gain.
+_GRAPH_BLOCK_SHARE = 1.0
 
 
 def _timing_failure(exc: Exception) -> tuple[ReportStatus, str]:
@@ -207,6 +211,7 @@ class _Run:
     profile_summary: pd.DataFrame | None = None
     module_profile: ModuleProfile | None = None
     module_targets: tuple[str, ...] = ()
+    graph_blocks: tuple[str, ...] = ()
     module_deadline: float = math.inf  # time.monotonic() when module conversations must end (generation_timeout)
     clock: ClockChoice | None = None
     end_to_end: pd.DataFrame | None = None
@@ -222,7 +227,8 @@ class _Run:
 class PlanResult:
     """Everything one `make_plan` found (`KernelOptimizer.optimize`): the plan; `report`, one row per candidate
     (status, outcome, latency, speedup, error); `profile_summary`, time per function; `module_profile`, kernel time
-    by module class, and `module_targets`, the classes module kernels were sought for (qualified names); `clock`,
+    by module class, and `module_targets`, the classes module kernels were sought for (qualified names);
+    `graph_blocks`, the blocks tried replayed from CUDA graphs (eager on CUDA: `GraphedModuleProvider`); `clock`,
     how kernels were compared; `end_to_end` and `plan_check`, the whole-model check; `selected_entries`, the
     per-function winners before that check."""
 
@@ -231,6 +237,7 @@ class PlanResult:
     profile_summary: pd.DataFrame | None = None
     module_profile: ModuleProfile | None = None
     module_targets: tuple[str, ...] = ()
+    graph_blocks: tuple[str, ...] = ()
     clock: ClockChoice | None = None
     end_to_end: pd.DataFrame | None = None
     plan_check: PlanCheck | None = None
@@ -323,6 +330,7 @@ class KernelOptimizer:
         module_sources: Sequence[Callable[[str], ModuleKernelProvider]] | None = None,
         module_min_time_share_percent: float = MODULE_MIN_SHARE_PERCENT,
         module_classes: Sequence[str] | None = None,
+        graph_blocks: bool = True,
     ) -> None:
         self.kernel_providers: list[KernelProvider] = _as_list(kernel_providers, KernelProvider, "kernel_providers")
         self.kernel_generators: list[KernelGenerator] = _as_list(
@@ -358,6 +366,9 @@ class KernelOptimizer:
         # Only these classes (qualified or bare names, e.g. "LlamaRMSNorm"), when given: a user who knows where the
         # glue is, or a run that must not spend LLM conversations on the rest.
         self.module_classes = frozenset(module_classes) if module_classes is not None else None
+        # In eager execution on CUDA, the model's outermost blocks are also tried replayed from CUDA graphs
+        # (`forge.providers.graphed_module`): the launches of a host-bound forward paid once per block.
+        self.graph_blocks = bool(graph_blocks)
         self._run = _Run(Execution.EAGER, {}, self.kernel_utils)  # the state of one make_plan call
         self.last_result: PlanResult | None = None  # what the last make_plan found (`PlanResult`)
 
@@ -428,7 +439,7 @@ class KernelOptimizer:
         run = self._run
         self.last_result = PlanResult(plan=plan, report=run.report, profile_summary=run.profile_summary,
                                       module_profile=run.module_profile, module_targets=run.module_targets,
-                                      clock=run.clock,
+                                      graph_blocks=run.graph_blocks, clock=run.clock,
                                       end_to_end=run.end_to_end, plan_check=run.plan_check,
                                       selected_entries=run.selected_entries)
         return self.last_result
@@ -459,11 +470,14 @@ class KernelOptimizer:
         generator_support = {id(g): self._generator_functions(g) for g in self.kernel_generators}
         provider_names = {p.supported_function for p in self.kernel_providers}
         generator_names = set().union(*generator_support.values()) if generator_support else set()
-        if not self.kernel_providers and not self.kernel_generators and not self.module_sources:
+        # Module kernels, or blocks replayed from CUDA graphs (eager on CUDA), may take what no F call holds.
+        by_module = bool(self.module_sources) or (self.graph_blocks and execution is Execution.EAGER
+                                                  and torch.cuda.is_available())
+        if not self.kernel_providers and not self.kernel_generators and not by_module:
             logger.info("No kernel sources configured: returning an empty plan.")
             return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
         supported = provider_names | generator_names
-        if not supported and not self.module_sources:
+        if not supported and not by_module:
             logger.info("No supported kernel functions: returning an empty plan.")
             return KernelOptimizationPlan(environment=environment_fingerprint(), execution=execution)
 
@@ -472,7 +486,7 @@ class KernelOptimizer:
         profile = profiler.profile(function, data, module=module)
         summary = profile.summary()
         device = getattr(profile, "device", None)
-        if summary.empty and not self.module_sources:  # module kernels may still take the glue
+        if summary.empty and not by_module:  # module kernels may still take the glue
             logger.info("No torch.nn.functional calls found inside the module: returning an empty plan.")
             self._run.profile_summary = summary
             return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
@@ -512,7 +526,7 @@ class KernelOptimizer:
         self._evaluate_providers(searches, provider_functions)
         self._collect_generated(searches, tasks, generation_deadline)
         entries = self._select(searches)
-        entries += self._module_entries(function, data, module)
+        entries += self._module_entries(function, data, module, device)
         self._run.selected_entries = tuple(entries)  # before the end-to-end check
         if entries and self.end_to_end_check:
             entries = self._check_end_to_end(function, data, module, entries)
@@ -560,45 +574,67 @@ class KernelOptimizer:
                 and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)
                 and self._module_wanted(row.module_class)]
 
+    def _graph_block_classes(self, module: nn.Module, device: str | None) -> list[str]:
+        """Target names of the model's outermost blocks (`ModuleProfile.outermost_blocks`), tried replayed from CUDA
+        graphs (`GraphedModuleProvider`) when the model runs eagerly on CUDA."""
+        profile = self.module_profile
+        if not self.graph_blocks or self._execution is not Execution.EAGER or profile is None or device != "cuda":
+            return []
+        return [MODULE_PREFIX + name for name in profile.outermost_blocks(module, _GRAPH_BLOCK_SHARE, _BACKBONE_SHARE)]
+
     def _module_wanted(self, qualified: str) -> bool:
         """Whether `module_classes` (when given) names the class: qualified, bare, or by its declared layer name."""
         if self.module_classes is None:
             return True
         return bool(class_aliases(qualified) & self.module_classes)
 
-    def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module) -> list[PlanEntry]:
+    def _module_entries(self, function: Callable, data: Sequence[Any] | None, module: nn.Module,
+                        device: str | None = None) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
         already replaced are skipped."""
+        blocks = self._graph_block_classes(module, device)
+        self._run.graph_blocks = tuple(name[len(MODULE_PREFIX):] for name in blocks)
         wanted = self._module_classes(module)
         self._run.module_targets = tuple(name[len(MODULE_PREFIX):] for name in wanted)
-        if not wanted:
+        if not wanted and not blocks:
             return []
         # Module conversations share one generation_timeout of their own, from here (function kernels had theirs).
         self._run.module_deadline = time.monotonic() + self.generation_timeout
         samples = normalize_data(data) or [Sample((), {})]
         runner = ModelRunner(module, samples, function=function)
         try:
-            with torch.no_grad(), record_module_calls(module, set(wanted)) as found:
+            with torch.no_grad(), record_module_calls(module, set(wanted) | set(blocks)) as found:
                 runner()
         finally:
             runner.close()
-        taken: list[nn.Module] = []
+        # Blocks first: a graphed block replays whatever the plan runs inside it (the module kernels below are
+        # captured into its graph when the plan runs), so the classes inside stay targets; a class graphed as a
+        # block is not also given a module kernel (one replacement per instance).
         entries: list[PlanEntry] = []
+        graphed: set[str] = set()
+        for name in blocks:
+            calls = found.get(name)
+            if calls is not None:
+                won = self._class_entries(name, calls, [], [GraphedModuleProvider])
+                entries += won
+                graphed.update(entry.function for entry in won)
+        taken: list[nn.Module] = []
         for name in wanted:
             calls = found.get(name)
-            if calls is None:
+            if calls is None or name in graphed:
                 continue
             instances = [m for group in calls.instances.values() for m in group]
             if any(_nested(m, t) for m in instances for t in taken):
                 logger.info("%s: its instances sit inside (or around) a class already tried; skipped", name)
                 continue
             try:
-                entries += self._class_entries(name, calls, taken)
+                entries += self._class_entries(name, calls, taken, self.module_sources)
             finally:
                 self.judge.forget_ahead()
         return entries
 
-    def _class_entries(self, name: str, calls: ModuleCalls, taken: list[nn.Module]) -> list[PlanEntry]:
+    def _class_entries(self, name: str, calls: ModuleCalls, taken: list[nn.Module],
+                       sources: Sequence[Callable[[str], ModuleKernelProvider]]) -> list[PlanEntry]:
         """Every behaviour group of one class, each served by the fastest correct source (appended to `taken`).
         Code a source wrote for one group is judged in the sandbox on all the later groups at once
         (`Judge.judge_ahead`) before their turn comes."""
@@ -611,7 +647,7 @@ class KernelOptimizer:
             if len(groups) > 1:  # a class of many groups is long work: say where it stands
                 progress("%s: behaviour group %d of %d (%d instance(s))", name, number, len(groups), len(group))
             won = []
-            for index, source in enumerate(self.module_sources):
+            for index, source in enumerate(sources):
                 serves = getattr(source, "serves_class", None)
                 if serves is not None and not serves(name[len(MODULE_PREFIX):]):
                     continue

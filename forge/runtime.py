@@ -544,6 +544,7 @@ class KernelProviderRuntime:
         self._modules: list[tuple[PlanEntry, DispatchStats]] = []
         self._served: list[tuple[nn.Module, PlanEntry, DispatchStats]] | None = None
         self._patched: list[tuple[nn.Module, bool, Any, Callable]] = []
+        self._bound: dict[tuple[int, int], Callable[..., Any]] = {}  # (entry, instance) -> replacement forward
         for entry in plan.entries:
             name = entry.function
             if name.startswith(MODULE_PREFIX):  # a module class's forward (forge.modules), routed by instance
@@ -708,7 +709,12 @@ class KernelProviderRuntime:
         for sub, entry, stats in self._served_instances():
             had = "forward" in sub.__dict__
             previous = sub.__dict__.get("forward")
-            replacement, original = entry.provider.bind(sub), sub.forward
+            # Bound once per runtime: a replacement that holds state of its own (a CUDA-graph provider's captures of
+            # what this plan runs inside the block) lives as long as the runtime, not one activation.
+            replacement = self._bound.get((id(entry), id(sub)))
+            if replacement is None:
+                replacement = self._bound[(id(entry), id(sub))] = entry.provider.bind(sub)
+            original = sub.forward
             wrapper = _module_forward(entry, stats, replacement, original,
                                       _module_traced_path(entry, sub, replacement, original))
             sub.forward = wrapper

@@ -102,6 +102,35 @@ class ModuleProfile:
                      unreached=tuple((row.module_class, share(row.outside_f_ms)) for row in rest.itertuples()))
 
 
+    def outermost_blocks(self, model: nn.Module, min_share_percent: float = 1.0,
+                         backbone_share: float = 0.5) -> list[str]:
+        """The model's outermost blocks (qualified class names, model order): walking down from `model`, the first
+        classes that were called and hold at least `min_share_percent` of the kernel time (inclusive), below the
+        model itself, containers that are never called (`nn.ModuleList`) and a backbone called once per pass that
+        holds more than `backbone_share` of it (Llama's `LlamaDecoderLayer`s inside `LlamaModel`, the ViT's
+        `Block`s). A class with instances inside those blocks too is not one (Llama's final `LlamaRMSNorm`: its 32
+        siblings are inside the layers, and a plan serves a class's instances alike)."""
+        rows = {row.module_class: row for row in self.frame.itertuples()}
+        total, outermost = self.total_ms, []
+
+        def walk(parent: nn.Module) -> None:
+            for child in parent.children():
+                row = rows.get(_class_name(child))
+                if row is None or row.calls == 0 or (row.calls <= 1 and row.inclusive_ms > backbone_share * total):
+                    walk(child)  # never called (a container), or the backbone: the blocks are below
+                elif total > 0 and row.inclusive_ms >= min_share_percent / 100 * total:
+                    outermost.append(child)
+
+        walk(model)
+        inside = {_class_name(m) for block in outermost for m in block.modules() if m is not block}
+        found: list[str] = []
+        for block in outermost:
+            name = _class_name(block)
+            if name not in inside and name not in found:
+                found.append(name)
+        return found
+
+
 @dataclass(frozen=True)
 class Reach:
     """The share of a model's kernel time a plan can reach (`ModuleProfile.reach`): inside F calls, in the glue of

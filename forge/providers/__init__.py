@@ -3,6 +3,7 @@
 from forge.modules import CompiledModuleProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.defaults import default_providers
+from forge.providers.graphed_module import GraphedModuleProvider
 from forge.providers.libraries import LibraryKernelProvider, LibraryUnavailable, library_providers
 from forge.providers.patch_conv import PatchConvProvider
 from forge.providers.torch_sdpa import SDPA_BACKENDS, TorchSDPAProvider, default_sdpa_backends, sdpa_backend_names
@@ -11,6 +12,7 @@ __all__ = [
     "SDPA_BACKENDS",
     "CompiledFunctionProvider",
     "CompiledModuleProvider",
+    "GraphedModuleProvider",
     "LibraryKernelProvider",
     "LibraryUnavailable",
     "PatchConvProvider",
