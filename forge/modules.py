@@ -43,7 +43,7 @@ from forge.text import parse_python
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "attribute_names",
            "class_aliases", "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
-           "record_module_calls"]
+           "record_module_calls", "recorded_calls"]
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,42 @@ def record_module_calls(root: nn.Module, names: set[str]) -> Iterator[dict[str, 
     finally:
         for handle in handles:
             handle.remove()
+
+
+def recorded_calls(run: Callable[[], Any], root: nn.Module, names: set[str], *, captured: bool = False
+                   ) -> dict[str, ModuleCalls]:
+    """The calls of `root`'s instances of the classes named (target names) in one pass of `run`, recorded as the model
+    will run: with `captured`, inside a CUDA-graph capture (after a warm-up pass), replayed once so that the recorded
+    copies hold the values. Why: a library may call its modules otherwise when it sees a capture, and a module kernel
+    is judged on the calls it will get. transformers 5.17 (`masking_utils._ignore_causal_mask_sdpa`, through
+    `is_tracing`) builds an explicit causal mask inside a capture and passes `LlamaAttention` `attention_mask=None`
+    outside one, so an entry judged on the eager calls never served under CUDA graphs (BENCHMARKS.md K9). A model that
+    cannot be captured is recorded eagerly (logged)."""
+    if captured:
+        from forge.checking.benchmarking import _recover_from_failed_capture
+
+        stream = torch.cuda.current_stream()
+        with torch.no_grad():
+            run()  # warm-up outside the capture, as a CUDA-graph deployment does
+            torch.cuda.synchronize()
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with record_module_calls(root, names) as found, torch.cuda.graph(graph):
+                    run()
+                graph.replay()
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - recorded eagerly then
+                _recover_from_failed_capture(stream)
+                logger.warning("the model cannot be captured in a CUDA graph (%s: %s); its module calls are recorded "
+                               "eagerly", type(exc).__name__, exc)
+            else:
+                for calls in found.values():  # out of the graph's memory pool
+                    calls.samples = {key: [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs)))
+                                           for s in samples] for key, samples in calls.samples.items()}
+                return found
+    with torch.no_grad(), record_module_calls(root, names) as found:
+        run()
+    return found
 
 
 class ModuleKernelProvider(KernelProvider):

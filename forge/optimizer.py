@@ -70,7 +70,7 @@ from forge.modules import (
     class_aliases,
     class_name,
     declared_layer,
-    record_module_calls,
+    recorded_calls,
 )
 from forge.outcome import (
     CandidateAbort,
@@ -603,8 +603,8 @@ class KernelOptimizer:
         samples = normalize_data(data) or [Sample((), {})]
         runner = ModelRunner(module, samples, function=function)
         try:
-            with torch.no_grad(), record_module_calls(module, set(wanted) | set(blocks)) as found:
-                runner()
+            found = recorded_calls(runner, module, set(wanted) | set(blocks),
+                                   captured=self._execution is Execution.CUDA_GRAPHS and device == "cuda")
         finally:
             runner.close()
         # Blocks first: a graphed block replays whatever the plan runs inside it (the module kernels below are

@@ -260,3 +260,38 @@ def test_an_applied_plan_captures_its_module_kernels_into_the_block_graph():
     assert CountingNorm.calls == len(layers) * 3 + 4
     assert runtime.stats[graphed.supported_function].provider_calls == 4 * len(layers)
     assert all(graph for graph in (runtime._bound[(id(plan.entries[1]), id(layer))].graphs for layer in layers))
+
+
+class Masked(nn.Module):
+    def forward(self, x, mask=None):
+        return x if mask is None else x * mask
+
+
+class MasksWhenCaptured(nn.Module):
+    """Calls its inner module as transformers 5.17 calls `LlamaAttention`: an explicit mask inside a CUDA-graph
+    capture, None outside one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Masked()
+
+    def forward(self, x):
+        mask = (x > 0).to(x.dtype) if torch.cuda.is_current_stream_capturing() else None
+        return self.inner(x, mask=mask)
+
+
+@cuda
+@pytest.mark.cuda
+def test_module_calls_are_recorded_as_the_model_runs_inside_a_capture_with_their_values():
+    from forge.modules import recorded_calls
+
+    model = MasksWhenCaptured().cuda().eval()
+    x = torch.randn(4, 8, device="cuda")
+    name = module_target_name(Masked)
+    eager = recorded_calls(lambda: model(x), model, {name})[name]
+    captured = recorded_calls(lambda: model(x), model, {name}, captured=True)[name]
+    (eager_sample,), = eager.samples.values()
+    (captured_sample,), = captured.samples.values()
+    assert eager_sample.kwargs["mask"] is None
+    torch.testing.assert_close(captured_sample.args[0], x)  # the replay filled the recorded copies
+    torch.testing.assert_close(captured_sample.kwargs["mask"], (x > 0).float())
