@@ -371,6 +371,7 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         generation_timeout=args.generation_timeout,
         end_to_end_check=not args.no_end_to_end_check,
         judge=shared,
+        graph_blocks=not (args.no_static or args.no_graphs),
     )
     compile_options = {"mode": args.compile_mode} if args.compile_mode != "default" else {}
     plan = optimizer.make_plan(model, data, execution=args.execution, compile_options=compile_options)
@@ -379,6 +380,9 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         _print_table("hot module classes (device ms per forward; self: launched by the class's own forward, "
                      "outside_f: not inside a torch.nn.functional call)", _hot_modules(optimizer.module_profile))
         print(optimizer.last_result.reach.describe())
+    if optimizer.last_result.graph_blocks:
+        print("blocks tried replayed from CUDA graphs (eager on CUDA): "
+              + ", ".join(name.rsplit(".", 1)[-1] for name in optimizer.last_result.graph_blocks))
     _print_table("candidates", optimizer.report)
     if optimizer.end_to_end is not None:
         _print_table("end-to-end check (the whole model with and without the selected kernels)", optimizer.end_to_end)
@@ -598,6 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also time the whole model: eager, CUDA graphs and torch.compile(model), each with and "
                      "without the plan")
     opt.add_argument("--no-static", action="store_true", help="skip the built-in static providers")
+    opt.add_argument("--no-graphs", action="store_true",
+                     help="in eager execution on CUDA, do not try the model's blocks replayed from CUDA graphs")
     opt.add_argument("--no-end-to-end-check", action="store_true",
                      help="keep per-function winners without timing the whole model with and without them")
     opt.add_argument("--provider-threshold", type=percent_argument, default=0.0, metavar="PCT",
