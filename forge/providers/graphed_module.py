@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from forge.checking.benchmarking import _recover_from_failed_capture
 from forge.modules import ModuleKernelProvider, _key_from_repr
 from forge.samples import Sample, clone_tensor, signature_of
 
@@ -142,13 +143,14 @@ class GraphedForward:
             return graph.replay(args, kwargs)
 
     def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> Any:
+        stream = torch.cuda.current_stream()
         try:
             graph = _Graph(self.original, args, kwargs, self.pool)
         except _NotGraphable as exc:
             self._refuse(key, str(exc))
             return self.original(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a forward that cannot be captured (sync, host read) runs eagerly
-            torch.cuda.synchronize()
+            _recover_from_failed_capture(stream)
             self._refuse(key, f"capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return self.original(*args, **kwargs)
         self.graphs[key] = graph
