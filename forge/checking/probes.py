@@ -45,13 +45,14 @@ rms_norm (validate: 0.66 s). On CUDA more calls are drawn (4-16 extra, 2-8 repea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -131,6 +132,38 @@ class ProbeSettings:
             raise ValueError("ProbeSettings.slow_reference_s must be > 0")
 
 
+_STARTING = threading.local()  # the threads the call in progress on this thread started (see `_threads_started`)
+
+
+@contextlib.contextmanager
+def _threads_started() -> Iterator[list[threading.Thread]]:
+    """The threads started while the block runs by the thread that runs it, or by a thread it started (so a thread
+    that starts another and ends is still seen); threads other code of the process starts meanwhile (the test
+    runner's, a harness pool's) are not the call's. A false positive of the whole-process count failed an honest cache
+    in CI under load once (an unrelated thread appeared during the call)."""
+    started: list[threading.Thread] = []
+    original = threading.Thread.start
+    caller = threading.get_ident()
+
+    def start(thread: threading.Thread) -> None:
+        if threading.get_ident() == caller or getattr(_STARTING, "by_call", False):
+            started.append(thread)
+            run = thread.run
+
+            def tagged() -> None:
+                _STARTING.by_call = True
+                run()
+
+            thread.run = tagged  # type: ignore[method-assign]
+        original(thread)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+    try:
+        yield started
+    finally:
+        threading.Thread.start = original  # type: ignore[method-assign]
+
+
 @dataclass
 class _Held:
     """An output kept for the quiescence re-read: its leaves and their bits when the call returned."""
@@ -189,10 +222,10 @@ class _Run:
     def call(self, probe: Probe, label: str, inputs: Sample) -> Any:
         """Call the candidate on `inputs` (the objects themselves); raise `_Failed` when it raises or leaves a thread
         running; keep the output for the quiescence re-read."""
-        threads_before = set(threading.enumerate())
         try:
-            output = call_quietly(self.candidate, inputs)
-            running = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+            with _threads_started() as started:
+                output = call_quietly(self.candidate, inputs)
+            running = [t for t in started if t.is_alive()]
             synchronize_devices(inputs, output)
         except Exception as exc:  # noqa: BLE001 - the candidate's failure (CandidateAbort included)
             cause = exc.__cause__ if isinstance(exc, CandidateAbort) and exc.__cause__ is not None else exc

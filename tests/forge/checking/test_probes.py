@@ -125,6 +125,44 @@ def test_a_background_thread_that_writes_after_returning_fails_quiescence():
     assert "deferred-silu" in issues[0]
 
 
+def test_a_thread_the_call_starts_through_another_is_its_own_and_one_another_thread_starts_is_not():
+    def relayed(x, inplace=False):  # the work is deferred by a thread that starts another and ends at once
+        out = torch.empty_like(x)
+
+        def finish():
+            time.sleep(0.005)
+            out.copy_(F.silu(x))
+
+        relay = threading.Thread(target=lambda: threading.Thread(target=finish, name="relayed-silu").start())
+        relay.start()
+        relay.join()
+        return out
+
+    issues = _probe(F.silu, relayed, [Sample((_randn((8, 64), 5),), {})])
+    assert _runs(issues) == {Probe.QUIESCENCE}
+
+    go, stop = threading.Event(), threading.Event()
+
+    def unrelated() -> None:  # what the test runner or a harness pool does on its own thread meanwhile
+        while not stop.is_set():
+            if go.wait(0.001):
+                threading.Thread(target=time.sleep, args=(0.05,), name="not-the-call").start()
+
+    def honest(x, inplace=False):
+        go.set()
+        time.sleep(0.003)  # the other thread starts one while this call runs
+        go.clear()
+        return F.silu(x)
+
+    spawner = threading.Thread(target=unrelated, daemon=True)
+    spawner.start()
+    try:
+        assert _probe(F.silu, honest, [Sample((_randn((8, 64), 5),), {})]) == []
+    finally:
+        stop.set()
+        spawner.join()
+
+
 def test_an_output_written_after_the_call_is_seen_by_the_re_read():
     held: list = []
 
