@@ -132,7 +132,27 @@ class ProbeSettings:
             raise ValueError("ProbeSettings.slow_reference_s must be > 0")
 
 
-_STARTING = threading.local()  # the threads the call in progress on this thread started (see `_threads_started`)
+_STARTING = threading.local()  # .collector: where the threads the current call starts go (see `_threads_started`)
+_STARTING_PATCH = threading.Lock()
+_original_start: Callable[[threading.Thread], None] | None = None
+_THREAD_START = threading.Thread.start
+
+
+def _collecting_start(thread: threading.Thread) -> None:
+    """`threading.Thread.start` while any probe call ran in this process: a thread started by a thread that is in a
+    call (or by a thread such a call started) is added to that call's list, and passes the list on to the threads it
+    starts; any other thread starts as usual."""
+    collector = getattr(_STARTING, "collector", None)
+    if collector is not None:
+        collector.append(thread)
+        run = thread.run
+
+        def tagged() -> None:
+            _STARTING.collector = collector
+            run()
+
+        thread.run = tagged  # type: ignore[method-assign]
+    (_original_start or _THREAD_START)(thread)
 
 
 @contextlib.contextmanager
@@ -140,28 +160,23 @@ def _threads_started() -> Iterator[list[threading.Thread]]:
     """The threads started while the block runs by the thread that runs it, or by a thread it started (so a thread
     that starts another and ends is still seen); threads other code of the process starts meanwhile (the test
     runner's, a harness pool's) are not the call's. A false positive of the whole-process count failed an honest cache
-    in CI under load once (an unrelated thread appeared during the call)."""
+    in CI under load once (an unrelated thread appeared during the call). `Thread.start` is wrapped once per process
+    and left wrapped: a patch put on and taken off per call would be left behind stale when two threads probe at
+    once (each restores what it found)."""
+    global _original_start
+    with _STARTING_PATCH:
+        if _original_start is None:
+            _original_start = threading.Thread.start
+            threading.Thread.start = _collecting_start  # type: ignore[method-assign]
     started: list[threading.Thread] = []
-    original = threading.Thread.start
-    caller = threading.get_ident()
-
-    def start(thread: threading.Thread) -> None:
-        if threading.get_ident() == caller or getattr(_STARTING, "by_call", False):
-            started.append(thread)
-            run = thread.run
-
-            def tagged() -> None:
-                _STARTING.by_call = True
-                run()
-
-            thread.run = tagged  # type: ignore[method-assign]
-        original(thread)
-
-    threading.Thread.start = start  # type: ignore[method-assign]
+    outer = getattr(_STARTING, "collector", None)
+    _STARTING.collector = started
     try:
         yield started
     finally:
-        threading.Thread.start = original  # type: ignore[method-assign]
+        _STARTING.collector = outer
+        if outer is not None:  # a call inside a call: the inner call's threads are the outer's too
+            outer.extend(started)
 
 
 @dataclass

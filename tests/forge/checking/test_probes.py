@@ -163,6 +163,32 @@ def test_a_thread_the_call_starts_through_another_is_its_own_and_one_another_thr
         spawner.join()
 
 
+def test_calls_probed_on_two_threads_at_once_each_see_only_their_own_threads():
+    """Two validations at once (judging ahead runs several): each call's list holds the threads it started, and
+    `Thread.start` is the one process-wide wrapper before and after, never a patch left behind by either call."""
+    from forge.checking import probes
+
+    both_inside = threading.Barrier(2)
+    seen: dict[str, list[str]] = {}
+
+    def call(name: str) -> None:
+        with probes._threads_started() as started:
+            both_inside.wait()
+            worker = threading.Thread(target=time.sleep, args=(0.01,), name=f"{name}-worker")
+            worker.start()
+            both_inside.wait()
+            worker.join()
+        seen[name] = [t.name for t in started]
+
+    callers = [threading.Thread(target=call, args=(name,)) for name in ("a", "b")]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert seen == {"a": ["a-worker"], "b": ["b-worker"]}
+    assert threading.Thread.start is probes._collecting_start
+
+
 def test_an_output_written_after_the_call_is_seen_by_the_re_read():
     held: list = []
 
