@@ -544,7 +544,7 @@ class KernelProviderRuntime:
         self._modules: list[tuple[PlanEntry, DispatchStats]] = []
         self._served: list[tuple[nn.Module, PlanEntry, DispatchStats]] | None = None
         self._patched: list[tuple[nn.Module, bool, Any, Callable]] = []
-        self._bound: dict[tuple[int, int], Callable[..., Any]] = {}  # (entry, instance) -> replacement forward
+        self._bound: dict[tuple[int, int], tuple[nn.Module, Callable[..., Any]]] = {}  # by (entry, instance) ids
         for entry in plan.entries:
             name = entry.function
             if name.startswith(MODULE_PREFIX):  # a module class's forward (forge.modules), routed by instance
@@ -711,9 +711,10 @@ class KernelProviderRuntime:
             previous = sub.__dict__.get("forward")
             # Bound once per runtime: a replacement that holds state of its own (a CUDA-graph provider's captures of
             # what this plan runs inside the block) lives as long as the runtime, not one activation.
-            replacement = self._bound.get((id(entry), id(sub)))
-            if replacement is None:
-                replacement = self._bound[(id(entry), id(sub))] = entry.provider.bind(sub)
+            bound = self._bound.get((id(entry), id(sub)))
+            if bound is None or bound[0] is not sub:  # (an id is reused once its module is gone)
+                bound = self._bound[(id(entry), id(sub))] = (sub, entry.provider.bind(sub))
+            replacement = bound[1]
             original = sub.forward
             wrapper = _module_forward(entry, stats, replacement, original,
                                       _module_traced_path(entry, sub, replacement, original))
