@@ -10,8 +10,7 @@ Names are imported lazily, so `forge.sandbox` (the sandbox child) starts without
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from forge.lazy import lazy_exports
 
 _EXPORTS = {
     "RANDOM_FUNCTIONS": "agent.generator",
@@ -26,15 +25,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agent' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

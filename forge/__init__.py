@@ -10,8 +10,9 @@ and faster before it is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from forge.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from forge.checking import KernelUtils, benchmark, validate
@@ -21,26 +22,15 @@ if TYPE_CHECKING:
     from forge.runtime import KernelProviderRuntime
     from forge.samples import Sample, TensorSpec
 
-# Imported on first use (PEP 562): every sandbox child imports this package on its way to `forge.sandbox.child`,
-# and the optimizer, the plan and pandas cost it 0.45 s of its 2.2 s start-up on the CPU (`python -X importtime`).
-_EXPORTS = {
+# Imported on first use (`forge.lazy`): every sandbox child imports this package on its way to `forge.sandbox.child`.
+__getattr__, __dir__ = lazy_exports(__name__, {
     "KernelUtils": "forge.checking", "benchmark": "forge.checking", "validate": "forge.checking",
     "KernelOptimizer": "forge.optimizer",
     "KernelOptimizationPlan": "forge.plan", "PlanEntry": "forge.plan", "PlanLoadError": "forge.plan",
     "KernelGenerationResult": "forge.provider", "KernelGenerator": "forge.provider", "KernelProvider": "forge.provider",
     "KernelProviderRuntime": "forge.runtime",
     "Sample": "forge.samples", "TensorSpec": "forge.samples",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'forge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+})
 
 __all__ = [
     "KernelGenerationResult",
