@@ -32,11 +32,12 @@ import math
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from forge.execution import TimingMode
 from forge.provider import KernelProvider
 from forge.samples import Sample, clone_value, signature_of
 from forge.text import parse_python
@@ -238,6 +239,11 @@ class ModuleKernelProvider(KernelProvider):
     Subclasses implement `_bind(instance) -> callable(*args, **kwargs)` and `_prepare_instances(instances, samples)`;
     `prepare(samples)` of a plain provider is not how a module provider is prepared: call `prepare_instances`. Calling
     the provider itself is an error (it has no instance)."""
+
+    # The clock this source is timed on whatever the plan's selection clock (None: the plan's). A source whose gain is
+    # host time by construction sets it (`GraphedModuleProvider`: the same kernels, fewer launches, no device time
+    # saved), so a plan selecting on device time does not refuse it for the copies it adds.
+    timed_on: ClassVar[TimingMode | None] = None
 
     def __init__(self, target_class: str) -> None:
         super().__init__()

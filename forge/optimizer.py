@@ -59,7 +59,7 @@ from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
 from forge.env import env_float
 from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
-from forge.execution import ClockChoice, Execution, clock_for, parse_execution
+from forge.execution import DEVICE_BOUND_SHARE, ClockChoice, Execution, clock_for, parse_execution
 from forge.functional import original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, Verdict, default_concurrency
 from forge.judging.modules import WeightGuard, restored_if_written
@@ -582,6 +582,17 @@ class KernelOptimizer:
             return []
         return [MODULE_PREFIX + name for name in profile.outermost_blocks(module, _GRAPH_BLOCK_SHARE, _BACKBONE_SHARE)]
 
+    def _graph_block_share(self, module: nn.Module) -> float:
+        """The share of the kernel time inside the blocks `_graph_block_classes` gives (0 when none), for the
+        selection clock (`forge.execution.clock_for`)."""
+        profile = self.module_profile
+        names = {name[len(MODULE_PREFIX):] for name in self._graph_block_classes(module, "cuda")}
+        if not names or profile is None or profile.total_ms <= 0:
+            return 0.0
+        frame = profile.frame
+        inside = frame.loc[frame["module_class"].isin(names), "inclusive_ms"].sum()
+        return float(inside) / profile.total_ms
+
     def _module_wanted(self, qualified: str) -> bool:
         """Whether `module_classes` (when given) names the class: qualified, bare, or by its declared layer name."""
         if self.module_classes is None:
@@ -795,6 +806,8 @@ class KernelOptimizer:
             return None, False
         progress("%s: %s judged correct in %s", name, provider.name, _judging_time(verdict))
         utils = self._timing_utils
+        if provider.timed_on is not None and provider.timed_on is not utils.timing:
+            utils = dataclasses.replace(self.kernel_utils, timing=provider.timed_on)
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
         try:
             first = utils.benchmark(original, timed)
@@ -834,6 +847,9 @@ class KernelOptimizer:
         if execution is not Execution.EAGER or getattr(profile, "device", "cpu") != "cuda":
             return clock_for(execution, device_ms, None) if execution is not Execution.EAGER else ClockChoice(
                 execution.timing_mode, device_ms, None, "eager on the CPU: one clock")
+        graphed = self._graph_block_share(module)
+        if graphed >= DEVICE_BOUND_SHARE:  # no timing of the model needed
+            return clock_for(execution, device_ms, None, graphed)
         samples = normalize_data(data) or [Sample((), {})]
         runner = ModelRunner(module, samples, function=function)
         try:

@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from forge.checking.benchmarking import _recover_from_failed_capture
+from forge.execution import TimingMode
 from forge.modules import ModuleKernelProvider, _key_from_repr
 from forge.samples import Sample, clone_tensor, signature_of
 
@@ -170,6 +171,9 @@ class GraphedModuleProvider(ModuleKernelProvider, type_name="cuda_graph_module")
     # The graph replays the class's own PyTorch code (nothing generated): no dispatch-mode runs in the oracle, as for
     # Inductor's code (`CompiledModuleProvider`).
     allows_dispatch_poisoning = False
+    # Timed host-inclusive on any selection clock: a replay runs the block's own kernels (plus its copies), so its gain
+    # is the launches it saves, which device time does not see.
+    timed_on = TimingMode.EAGER
 
     def __init__(self, target_class: str) -> None:
         super().__init__(target_class)

@@ -97,6 +97,22 @@ def test_a_block_under_the_share_is_not_one():
     assert profile.outermost_blocks(model, min_share_percent=100.0) == []
 
 
+def test_the_selection_clock_sees_the_share_of_the_kernel_time_inside_the_blocks():
+    from forge.execution import Execution
+    from forge.optimizer import _Run
+
+    model, x = _cpu_model()
+    profile = _profile(model, x)
+    optimizer = KernelOptimizer(kernel_providers=[], end_to_end_check=False)
+    optimizer._run = _Run(Execution.EAGER, {}, optimizer.kernel_utils)
+    optimizer._run.module_profile = profile
+    layers = profile.frame.set_index("module_class").loc[class_name(Layer), "inclusive_ms"]
+    assert optimizer._graph_block_share(model) == pytest.approx(layers / profile.total_ms)
+    assert 0.5 < optimizer._graph_block_share(model) <= 1.0
+    optimizer.graph_blocks = False
+    assert optimizer._graph_block_share(model) == 0.0
+
+
 def test_on_the_cpu_the_provider_refuses_with_the_reason_and_the_optimizer_tries_no_block():
     model = Model().eval()
     layer = model.body.layers[0]

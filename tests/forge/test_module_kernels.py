@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from forge.checking import KernelUtils
+from forge.execution import TimingMode
 from forge.modules import (
     CompiledModuleProvider,
     ModuleKernelProvider,
@@ -298,3 +299,26 @@ def test_the_end_to_end_report_says_which_module_entries_a_variant_never_served(
                              f"(<class 'int'>, 0), called (<class 'int'>, "), missed
     assert "1 module entry never served" in planned.note
     assert not next(row for row in report.rows if not row.with_plan).unserved
+
+
+class HostTimedNormKernel(NormKernel, type_name="test_host_timed_norm_kernel"):
+    """A source timed on its own clock (as `GraphedModuleProvider` is host-inclusive on any selection clock)."""
+
+    timed_on = TimingMode.DEVICE  # not the CPU plan's eager clock, so the test sees which one ran
+
+
+def test_a_source_with_its_own_clock_is_timed_on_it_against_its_baseline(monkeypatch):
+    timings = []
+    benchmark = KernelUtils.benchmark
+
+    def spy(self, *args, **kwargs):
+        timings.append(self.timing)
+        return benchmark(self, *args, **kwargs)
+
+    monkeypatch.setattr(KernelUtils, "benchmark", spy)
+    optimizer = KernelOptimizer(kernel_providers=[], module_sources=[HostTimedNormKernel], kernel_utils=UTILS,
+                                end_to_end_check=False)
+    plan = optimizer.make_plan(Net(), _data())
+    assert optimizer.clock.timing is TimingMode.EAGER and len(plan) == 2
+    # Per behaviour group: the baseline, the candidate, the baseline again, all on the source's clock.
+    assert timings == [TimingMode.DEVICE] * 6

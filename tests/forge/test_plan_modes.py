@@ -29,6 +29,13 @@ def test_the_clock_follows_what_bounds_the_model():
     assert clock_for(Execution.EAGER, 1.0, None).timing is TimingMode.EAGER
 
 
+def test_in_eager_the_clock_is_the_devices_when_graphed_blocks_hold_the_kernel_time():
+    # The Llama prefill: host-bound eager (11.7 ms of kernels in a 26.7 ms forward), 86% of its kernels in its layers.
+    graphed = clock_for(Execution.EAGER, 11.7, 26.7, graphed_share=0.86)
+    assert graphed.timing is TimingMode.DEVICE and "replayed from CUDA graphs" in graphed.reason
+    assert clock_for(Execution.EAGER, 11.7, 26.7, graphed_share=DEVICE_BOUND_SHARE * 0.9).timing is TimingMode.EAGER
+
+
 def test_make_plan_records_its_clock():
     optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], kernel_utils=FAST_UTILS,
                                 end_to_end_check=False)
