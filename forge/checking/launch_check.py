@@ -73,8 +73,9 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from forge.checking import dispatch_mode
+from forge.checking.dispatch_mode import HarnessDispatchMode
 from forge.outcome import Outcome, ValidationIssue
 from forge.samples import iter_tensors
 
@@ -371,6 +372,8 @@ def _root(path: str | Path) -> tuple[str, ...]:
 
 _TORCH_ROOTS = _root(Path(torch.__file__).parent)
 _FORGE_ROOTS = _root(Path(__file__).resolve().parents[1])
+# Frames of these files are the recorders' own (the dispatch modes' wrapper included): looked through, as torch's.
+_TRANSPARENT = frozenset({__file__, dispatch_mode.__file__})
 
 
 class _Attribution:
@@ -383,7 +386,7 @@ class _Attribution:
     def _file_kind(self, filename: str) -> int:
         kind = self._kind.get(filename)
         if kind is None:
-            if filename == __file__ or filename.startswith(_TORCH_ROOTS):
+            if filename in _TRANSPARENT or filename.startswith(_TORCH_ROOTS):
                 kind = 0
             elif filename.startswith(self.ignored):
                 kind = 1
@@ -402,7 +405,7 @@ class _Attribution:
         return True
 
 
-class _OpRecorder(TorchDispatchMode):
+class _OpRecorder(HarnessDispatchMode):
     def __init__(self, record: LaunchRecord, attribution: _Attribution) -> None:
         super().__init__()
         self.record = record

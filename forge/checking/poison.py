@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from forge.checking.dispatch_mode import HarnessDispatchMode
 from forge.samples import iter_tensors
 
 __all__ = [
@@ -96,7 +96,7 @@ def _aten_packets() -> frozenset:
 _ALLOCATION_PACKETS = _aten_packets()
 
 
-class PoisonFreshAllocations(TorchDispatchMode):
+class PoisonFreshAllocations(HarnessDispatchMode):
     """Dispatch mode: every tensor from an aten empty-like allocation comes back filled with the pattern."""
 
     def __init__(self, pattern: PoisonPattern) -> None:

@@ -104,3 +104,29 @@ def test_bits_equal_is_nan_aware_but_sign_of_zero_sensitive():
     assert bits_equal(a, a.clone())
     assert not bits_equal(a, torch.tensor([1.0, float("nan"), -0.0]))
     assert bits_mismatch(a, torch.tensor([1.0, 2.0, 0.0]), ("run 1", "run 2")).startswith("1 of 3 elements differ")
+
+
+def test_the_harness_modes_leave_dynamo_unimported_and_dynamo_skips_them_once_loaded():
+    """A sandbox child pays no `torch._dynamo` import for the modes (`forge.checking.dispatch_mode`); a candidate
+    that compiles under them still runs (Dynamo skips the modes' frames once it is loaded)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from forge.checking.poison import POISON_NAN, PoisonFreshAllocations\n"
+        "from forge.checking.launch_check import _OpRecorder\n"
+        "with PoisonFreshAllocations(POISON_NAN) as mode:\n"
+        "    out = torch.empty(4)\n"
+        "assert mode.poisoned == 1 and bool(out.isnan().all())\n"
+        "print('torch._dynamo' in sys.modules)\n"
+        "f = torch.compile(lambda x: torch.sin(x) + 1, backend='eager')\n"
+        "x = torch.randn(8)\n"
+        "with PoisonFreshAllocations(POISON_NAN):\n"
+        "    got = f(x)\n"
+        "assert torch.allclose(got, torch.sin(x) + 1)\n"
+        "print('compiled under the mode')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "compiled", "under", "the", "mode"]
