@@ -207,27 +207,18 @@ def recorded_calls(run: Callable[[], Any], root: nn.Module, names: set[str], *, 
     outside one, so an entry judged on the eager calls never served under CUDA graphs (BENCHMARKS.md K9). A model that
     cannot be captured is recorded eagerly (logged)."""
     if captured:
-        from forge.checking.benchmarking import _recover_from_failed_capture
+        from forge.checking.benchmarking import record_inside_capture
 
-        stream = torch.cuda.current_stream()
-        with torch.no_grad():
-            run()  # warm-up outside the capture, as a CUDA-graph deployment does
-            torch.cuda.synchronize()
-            try:
-                graph = torch.cuda.CUDAGraph()
-                with record_module_calls(root, names) as found, torch.cuda.graph(graph):
-                    run()
-                graph.replay()
-                torch.cuda.synchronize()
-            except Exception as exc:  # noqa: BLE001 - recorded eagerly then
-                _recover_from_failed_capture(stream)
-                logger.warning("the model cannot be captured in a CUDA graph (%s: %s); its module calls are recorded "
-                               "eagerly", type(exc).__name__, exc)
-            else:
-                for calls in found.values():  # out of the graph's memory pool
-                    calls.samples = {key: [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs)))
-                                           for s in samples] for key, samples in calls.samples.items()}
-                return found
+        try:
+            found = record_inside_capture(run, record_module_calls(root, names))
+        except Exception as exc:  # noqa: BLE001 - recorded eagerly then
+            logger.warning("the model cannot be captured in a CUDA graph (%s: %s); its module calls are recorded "
+                           "eagerly", type(exc).__name__, exc)
+        else:
+            for calls in found.values():  # out of the graph's memory pool
+                calls.samples = {key: [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs)))
+                                       for s in samples] for key, samples in calls.samples.items()}
+            return found
     with torch.no_grad(), record_module_calls(root, names) as found:
         run()
     return found

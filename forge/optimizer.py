@@ -52,7 +52,7 @@ import torch
 from torch import nn
 
 from forge.checking import BenchmarkResult, KernelUtils
-from forge.checking.benchmarking import Bracket, NotCapturableError, samples_device
+from forge.checking.benchmarking import Bracket, NotCapturableError, record_inside_capture, samples_device
 from forge.checking.integrity import Snapshot
 from forge.checking.spot_check import SpotCheckError
 from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
@@ -60,7 +60,7 @@ from forge.env import env_float
 from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
 from forge.execution import DEVICE_BOUND_SHARE, ClockChoice, Execution, clock_for, parse_execution
-from forge.functional import original_function
+from forge.functional import functional_names, original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, Verdict, default_concurrency
 from forge.judging.modules import WeightGuard, restored_if_written
 from forge.modules import (
@@ -83,12 +83,13 @@ from forge.outcome import (
 )
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.profiler import ModuleFunctionKernelProfiler, normalize_data
+from forge.profiler.interception import CallRecorder, ModuleScopedInterception
 from forge.profiler.modules import ModuleProfile, Reach, profile_modules
 from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.graphed_module import GraphedModuleProvider
-from forge.samples import Sample
+from forge.samples import Sample, clone_value
 from forge.text import clip
 
 __all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "PlanResult", "REPORT_COLUMNS", "ReportStatus"]
@@ -510,10 +511,13 @@ class KernelOptimizer:
         self._run.profile_summary = marked
         logger.info("Profile summary:\n%s", marked.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
+        chosen = [name for name in ranked if name in provider_functions or name in generator_functions]
+        captured = (self._captured_function_calls(function, data, module, set(chosen))
+                    if chosen and execution is Execution.CUDA_GRAPHS and device == "cuda" else {})
         searches: dict[str, _FunctionSearch] = {}
         for name in ranked:
             if name in provider_functions or name in generator_functions:
-                counted = profile.functions[name].samples
+                counted = captured.get(name) or profile.functions[name].samples
                 searches[name] = _FunctionSearch(
                     name=name,
                     reference=original_function(name),
@@ -573,6 +577,27 @@ class KernelOptimizer:
                          and row.outside_f_pct > 0))
                 and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)
                 and self._module_wanted(row.module_class)]
+
+    def _captured_function_calls(self, function: Callable, data: Sequence[Any] | None, module: nn.Module,
+                                 names: set[str]) -> dict[str, list[tuple[int, Sample]]]:
+        """`(calls per pass, sample)` per signature of the F calls named, recorded inside a CUDA-graph capture
+        (`record_inside_capture`), for a plan made for `cuda_graphs`: the profile records them eagerly, and a library
+        may call a function otherwise inside a capture (transformers up to 5.17 gives attention an explicit causal
+        mask there), so a kernel judged on the eager calls would never serve. Empty when the model cannot be
+        captured (logged): the eager calls then."""
+        recorder = CallRecorder(names)
+        runner = ModelRunner(module, normalize_data(data) or [Sample((), {})], function=function)
+        try:
+            record_inside_capture(runner, ModuleScopedInterception(module, recorder, functional_names()))
+        except Exception as exc:  # noqa: BLE001 - the eager calls then
+            logger.warning("the model cannot be captured in a CUDA graph (%s: %s); its F calls are judged on the "
+                           "eager calls", type(exc).__name__, exc)
+            return {}
+        finally:
+            runner.close()
+        return {name: [(count, Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))))  # out of the pool
+                       for count, s in zip(recorder.counts(name), recorder.samples(name), strict=True)]
+                for name in names if recorder.samples(name)}
 
     def _graph_block_classes(self, module: nn.Module, device: str | None) -> list[str]:
         """Target names of the model's outermost blocks (`ModuleProfile.outermost_blocks`), tried replayed from CUDA

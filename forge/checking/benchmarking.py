@@ -480,6 +480,30 @@ def _recover_from_failed_capture(stream: torch.cuda.Stream) -> None:
         torch.cuda.set_stream(stream)
 
 
+def record_inside_capture(run: Callable[[], Any], recording: contextlib.AbstractContextManager[Any]) -> Any:
+    """Run `run` once eagerly (the warm-up every CUDA-graph deployment does), then once inside a CUDA-graph capture
+    with `recording` entered around it, and replay the graph once, so that tensors the recording cloned inside the
+    capture (they live in the graph's pool) hold that pass's values; returns what `recording` entered as. The caller
+    clones what it keeps out of the pool. Why: a library may call its modules and functions otherwise when it sees a
+    capture (transformers up to 5.17 passes attention an explicit causal mask then), and a plan made for CUDA graphs
+    is judged on the calls it will get. After a failed capture the stream and the CUDA generator are put back, and
+    the error propagates."""
+    stream = torch.cuda.current_stream()
+    with torch.no_grad():
+        run()
+        torch.cuda.synchronize()
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with recording as recorded, torch.cuda.graph(graph):
+                run()
+            graph.replay()
+            torch.cuda.synchronize()
+        except Exception:
+            _recover_from_failed_capture(stream)
+            raise
+    return recorded
+
+
 def benchmark(
     fn: Callable[..., Any],
     samples: Sequence[Sample],

@@ -317,3 +317,34 @@ def test_module_calls_are_recorded_as_the_model_runs_inside_a_capture_with_their
     assert eager_sample.kwargs["mask"] is None
     torch.testing.assert_close(captured_sample.args[0], x)  # the replay filled the recorded copies
     torch.testing.assert_close(captured_sample.kwargs["mask"], (x > 0).float())
+
+
+class SoftmaxWhenCaptured(nn.Module):
+    """Calls an F function with another signature inside a capture (as transformers 5.17 calls SDPA with a mask)."""
+
+    def forward(self, x):
+        if torch.cuda.is_current_stream_capturing():
+            return F.softmax(x * 2.0, dim=-1, dtype=torch.float32)
+        return F.softmax(x, dim=-1)
+
+
+@cuda
+@pytest.mark.cuda
+def test_a_cuda_graphs_plan_judges_f_calls_on_the_calls_made_inside_a_capture():
+    model = SoftmaxWhenCaptured().cuda().eval()
+    x = torch.randn(4, 8, device="cuda", dtype=torch.float16)
+    optimizer = KernelOptimizer(kernel_providers=[], end_to_end_check=False)
+    calls = optimizer._captured_function_calls(model, [Sample((x,), {})], model, {"softmax"})
+    ((count, sample),) = calls["softmax"]
+    assert count == 1 and sample.kwargs["dtype"] == torch.float32
+    torch.testing.assert_close(sample.args[0], x * 2.0)  # the replay filled the recorded copy
+
+
+def test_a_model_that_cannot_be_captured_keeps_its_eager_f_calls_saying_why(caplog):
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the model is captured (the test above)")
+    model = SoftmaxWhenCaptured().eval()
+    optimizer = KernelOptimizer(kernel_providers=[], end_to_end_check=False)
+    with caplog.at_level("WARNING", logger="forge.optimizer"):
+        calls = optimizer._captured_function_calls(model, [Sample((torch.randn(4, 8),), {})], model, {"softmax"})
+    assert calls == {} and "its F calls are judged on the eager calls" in caplog.text
