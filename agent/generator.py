@@ -47,7 +47,7 @@ from agent.llm import LLMClient, LLMConfig, LLMError
 from agent.prompting import Failure, InstanceTask, KernelTask, ModuleTask, Performance, PromptRenderer
 from agent.provider import GeneratedKernelProvider
 from agent.replies import no_code_feedback
-from forge.execution import Execution
+from forge.execution import Execution, TimingMode
 from forge.functional import functional_names
 from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, ModuleTarget, Verdict
 from forge.outcome import Outcome
@@ -241,11 +241,15 @@ class LLMKernelGenerator(KernelGenerator):
         return list(self._functions)
 
     def use_execution(self, execution: Execution) -> None:
-        """Time sandboxed candidates on the clock the optimizer will select on (`execution.timing_mode`)."""
+        """Time sandboxed candidates on the mode's clock (`execution.timing_mode`) until `use_clock` says more."""
+        self.use_clock(execution.timing_mode)
+
+    def use_clock(self, timing: TimingMode) -> None:
+        """Time sandboxed candidates on the clock the optimizer selects on."""
         from forge.checking import KernelUtils
 
         base = self.kernel_utils if self.kernel_utils is not None else KernelUtils()
-        self.kernel_utils = dataclasses.replace(base, timing=execution.timing_mode)
+        self.kernel_utils = dataclasses.replace(base, timing=timing)
         self.judge.kernel_utils = self.kernel_utils
 
     def prepare(self, function: str, samples: Sequence[Sample]) -> bool:

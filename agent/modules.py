@@ -38,6 +38,7 @@ from forge.samples import Sample
 
 if TYPE_CHECKING:
     from agent.generator import LLMKernelGenerator
+    from forge.execution import Execution, TimingMode
 
 __all__ = ["GeneratedModuleProvider", "LLMModuleSource", "ParameterCopyError", "check_shares_parameters",
            "instance_task"]
@@ -235,6 +236,14 @@ class LLMModuleSource:
 
     def __call__(self, target_class: str) -> GeneratedModuleProvider:
         return GeneratedModuleProvider(target_class, language=self.language, generator=self.generator)
+
+    def use_execution(self, execution: Execution) -> None:
+        """The optimizer's hook (as `KernelGenerator.use_execution`), passed to the generator that writes the files."""
+        self.generator.use_execution(execution)
+
+    def use_clock(self, timing: TimingMode) -> None:
+        """The optimizer's hook (as `KernelGenerator.use_clock`), passed to the generator that writes the files."""
+        self.generator.use_clock(timing)
 
     def __repr__(self) -> str:
         return f"LLMModuleSource({self.generator.name}, {self.language})"

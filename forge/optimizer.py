@@ -59,7 +59,7 @@ from forge.end_to_end import ModelRunner, PlanCheck, check_plan, time_model
 from forge.env import env_float
 from forge.environment import environment_fingerprint
 from forge.errors import KernelForgeError
-from forge.execution import DEVICE_BOUND_SHARE, ClockChoice, Execution, clock_for, parse_execution
+from forge.execution import DEVICE_BOUND_SHARE, ClockChoice, Execution, TimingMode, clock_for, parse_execution
 from forge.functional import functional_names, original_function
 from forge.judging import FunctionTarget, InstanceTarget, Judge, JudgeOptions, Verdict, default_concurrency
 from forge.judging.modules import WeightGuard, restored_if_written
@@ -496,6 +496,7 @@ class KernelOptimizer:
         self._run.clock = self._choose_clock(function, data, module, profile, execution)
         self._run.timing_utils = dataclasses.replace(self.kernel_utils, timing=self.clock.timing)
         progress("selection clock: %s (%s)", self.clock.timing.value, self.clock.reason)
+        self._tell_generators(execution, self.clock.timing)
 
         pct = dict(zip(summary["function_name"], summary["time_spent_pct"], strict=True))
         ranked = [n for n in summary["function_name"] if n in profile.functions and profile.functions[n].samples]
@@ -577,6 +578,25 @@ class KernelOptimizer:
                          and row.outside_f_pct > 0))
                 and not (row.calls <= 1 and row.inclusive_ms > _BACKBONE_SHARE * total)
                 and self._module_wanted(row.module_class)]
+
+    def _tell_generators(self, execution: Execution, timing: TimingMode) -> None:
+        """How the model will run and the clock the selection uses, told once per plan to every generator and to every
+        module source that takes them (`use_execution`, `use_clock`), before any function or module generation: a
+        generator timing on another clock would keep, and ask the model for, what this selection does not want."""
+        told: set[int] = set()
+        for target in [*self.kernel_generators, *self.module_sources]:
+            if id(target) in told:
+                continue
+            told.add(id(target))
+            for hook, value in (("use_execution", execution), ("use_clock", timing)):
+                method = getattr(target, hook, None)
+                if method is None:
+                    continue
+                try:
+                    with candidate_code():
+                        method(value)
+                except Exception as exc:  # noqa: BLE001 - the generator keeps its own clock, said in the log
+                    logger.warning("%s.%s(%s) failed: %s", target, hook, value, _aborted(exc))
 
     def _captured_function_calls(self, function: Callable, data: Sequence[Any] | None, module: nn.Module,
                                  names: set[str]) -> dict[str, list[tuple[int, Sample]]]:
@@ -915,7 +935,6 @@ class KernelOptimizer:
                     continue
                 try:
                     with candidate_code():
-                        generator.use_execution(self._execution)
                         ready = generator.prepare(name, search.unique_samples)
                         future = generator.submit(name, search.unique_samples) if ready else None
                     if future is None:

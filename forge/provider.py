@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from forge.execution import Execution
+from forge.execution import Execution, TimingMode
 from forge.judging.language import CandidateCode
 from forge.outcome import Outcome
 from forge.samples import Sample
@@ -245,5 +245,11 @@ class KernelGenerator(ABC):
         """Abandon all in-flight work (called by the optimizer when the generation timeout passes)."""
 
     def use_execution(self, execution: Execution) -> None:  # noqa: B027 - optional hook
-        """How the model will run (`forge.execution.Execution`), told before `prepare`/`submit`: a generator that times
-        its candidates should use `execution.timing_mode` so its feedback matches the optimizer's selection."""
+        """How the model will run (`forge.execution.Execution`), told once per `make_plan` before `prepare`/`submit`
+        and before module generation."""
+
+    def use_clock(self, timing: TimingMode) -> None:  # noqa: B027 - optional hook
+        """The clock the optimizer selects on for this model (`forge.execution.ClockChoice.timing`: device time under
+        CUDA graphs and compile, and in eager when the model is device-bound or its blocks are replayed from CUDA
+        graphs), told after `use_execution`: a generator that times its candidates should time on it, so that the
+        kernel it keeps and the feedback it gives match the optimizer's selection."""

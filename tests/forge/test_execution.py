@@ -94,6 +94,9 @@ class _RecordingGenerator(KernelGenerator):
     def use_execution(self, execution: Execution) -> None:
         self.executions.append(execution)
 
+    def use_clock(self, timing: TimingMode) -> None:
+        self.executions.append(timing)
+
 
 def test_make_plan_selects_on_the_execution_clock_and_tells_generators(slow_baseline) -> None:  # noqa: F811
     generator = _RecordingGenerator()
@@ -103,11 +106,37 @@ def test_make_plan_selects_on_the_execution_clock_and_tells_generators(slow_base
     data = [Sample((torch.randn(8, 16),), {}) for _ in range(2)]
     plan = optimizer.make_plan(GeluNet(), data, execution="cuda_graphs")
     assert plan.execution is Execution.CUDA_GRAPHS
-    assert generator.executions == [Execution.CUDA_GRAPHS]
+    assert generator.executions == [Execution.CUDA_GRAPHS, TimingMode.DEVICE]  # the mode, then the clock
     assert plan.functions == ["gelu"]
     assert set(optimizer.end_to_end["execution"]) == {"cuda_graphs"}
     with pytest.raises(ValueError, match="unknown execution mode"):
         optimizer.make_plan(GeluNet(), data, execution="fast")
+
+
+class _RecordingModuleSource:
+    """A module source that takes the hooks (as `agent.modules.LLMModuleSource` passes them to its generator)."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    def __call__(self, target_class: str):  # pragma: no cover - the net has no module target
+        raise AssertionError("no module target here")
+
+    def use_execution(self, execution: Execution) -> None:
+        self.told.append(execution)
+
+    def use_clock(self, timing: TimingMode) -> None:
+        self.told.append(timing)
+
+
+def test_a_generator_that_writes_only_modules_is_told_the_mode_and_clock_too() -> None:
+    """Told once per plan, before any generation, whether or not an F call is generated (before, only a generator
+    that was submitted an F call heard of the mode, and module conversations timed on eager under CUDA graphs)."""
+    source = _RecordingModuleSource()
+    optimizer = KernelOptimizer(kernel_providers=[FastGeluProvider()], module_sources=[source],
+                                kernel_utils=FAST_UTILS, end_to_end_check=False, module_min_time_share_percent=100.0)
+    optimizer.make_plan(GeluNet(), [Sample((torch.randn(8, 16),), {})], execution="compile")
+    assert source.told == [Execution.COMPILE, TimingMode.DEVICE]
 
 
 def test_model_runner_applies_the_plan_only_inside_its_calls() -> None:
