@@ -851,8 +851,9 @@ class KernelOptimizer:
             return None, False
         progress("%s: %s judged correct in %s", name, provider.name, _judging_time(verdict))
         utils = self._timing_utils
-        if provider.timed_on is not None and provider.timed_on is not utils.timing:
-            utils = dataclasses.replace(self.kernel_utils, timing=provider.timed_on)
+        own = getattr(provider, "timed_on", None)  # a source whose gain only one clock sees (a graphed block)
+        if own is not None and own is not utils.timing:
+            utils = dataclasses.replace(self.kernel_utils, timing=own)
         timed = self.kernel_utils.benchmark_distribution(list(zip(counts, samples, strict=True)))
         try:
             first = utils.benchmark(original, timed)
