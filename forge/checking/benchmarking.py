@@ -494,7 +494,8 @@ def record_inside_capture(run: Callable[[], Any], recording: contextlib.Abstract
         torch.cuda.synchronize()
         try:
             graph = torch.cuda.CUDAGraph()
-            with recording as recorded, torch.cuda.graph(graph):
+            # thread_local: a judging or generation thread's CUDA calls do not invalidate this capture
+            with recording as recorded, torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 run()
             graph.replay()
             torch.cuda.synchronize()
