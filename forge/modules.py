@@ -216,8 +216,7 @@ def recorded_calls(run: Callable[[], Any], root: nn.Module, names: set[str], *, 
                            "eagerly", type(exc).__name__, exc)
         else:
             for calls in found.values():  # out of the graph's memory pool
-                calls.samples = {key: [Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs)))
-                                       for s in samples] for key, samples in calls.samples.items()}
+                calls.samples = {key: [s.clone() for s in samples] for key, samples in calls.samples.items()}
             return found
     with torch.no_grad(), record_module_calls(root, names) as found:
         run()

@@ -89,7 +89,7 @@ from forge.progress import Stopwatch, progress
 from forge.provider import KernelGenerationResult, KernelGenerator, KernelProvider
 from forge.providers.compiled_function import CompiledFunctionProvider
 from forge.providers.graphed_module import GraphedModuleProvider
-from forge.samples import Sample, clone_value
+from forge.samples import Sample
 from forge.text import clip
 
 __all__ = ["KernelOptimizer", "DEFAULT_GENERATION_TIMEOUT_S", "PlanResult", "REPORT_COLUMNS", "ReportStatus"]
@@ -615,7 +615,7 @@ class KernelOptimizer:
             return {}
         finally:
             runner.close()
-        return {name: [(count, Sample(clone_value(tuple(s.args)), clone_value(dict(s.kwargs))))  # out of the pool
+        return {name: [(count, s.clone())  # out of the graph's memory pool
                        for count, s in zip(recorder.counts(name), recorder.samples(name), strict=True)]
                 for name in names if recorder.samples(name)}
 
