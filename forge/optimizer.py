@@ -493,6 +493,7 @@ class KernelOptimizer:
             return KernelOptimizationPlan(environment=environment_fingerprint(device), execution=execution)
 
         self._run.module_profile = self._profile_modules(function, data, module, profile)
+        self._run.graph_blocks = self._graph_block_classes(module, device)
         self._run.clock = self._choose_clock(function, data, module, profile, execution)
         self._run.timing_utils = dataclasses.replace(self.kernel_utils, timing=self.clock.timing)
         progress("selection clock: %s (%s)", self.clock.timing.value, self.clock.reason)
@@ -619,23 +620,23 @@ class KernelOptimizer:
                        for count, s in zip(recorder.counts(name), recorder.samples(name), strict=True)]
                 for name in names if recorder.samples(name)}
 
-    def _graph_block_classes(self, module: nn.Module, device: str | None) -> list[str]:
-        """Target names of the model's outermost blocks (`ModuleProfile.outermost_blocks`), tried replayed from CUDA
-        graphs (`GraphedModuleProvider`) when the model runs eagerly on CUDA."""
+    def _graph_block_classes(self, module: nn.Module, device: str | None) -> tuple[str, ...]:
+        """Qualified names of the model's outermost blocks (`ModuleProfile.outermost_blocks`), tried replayed from
+        CUDA graphs (`GraphedModuleProvider`) when the model runs eagerly on CUDA; found once per plan
+        (`_Run.graph_blocks`)."""
         profile = self.module_profile
         if not self.graph_blocks or self._execution is not Execution.EAGER or profile is None or device != "cuda":
-            return []
-        return [MODULE_PREFIX + name for name in profile.outermost_blocks(module, _GRAPH_BLOCK_SHARE, _BACKBONE_SHARE)]
+            return ()
+        return tuple(profile.outermost_blocks(module, _GRAPH_BLOCK_SHARE, _BACKBONE_SHARE))
 
-    def _graph_block_share(self, module: nn.Module) -> float:
-        """The share of the kernel time inside the blocks `_graph_block_classes` gives (0 when none), for the
+    def _graph_block_share(self) -> float:
+        """The share of the kernel time inside this plan's blocks (`_Run.graph_blocks`; 0 when none), for the
         selection clock (`forge.execution.clock_for`)."""
         profile = self.module_profile
-        names = {name[len(MODULE_PREFIX):] for name in self._graph_block_classes(module, "cuda")}
-        if not names or profile is None or profile.total_ms <= 0:
+        if not self._run.graph_blocks or profile is None or profile.total_ms <= 0:
             return 0.0
         frame = profile.frame
-        inside = frame.loc[frame["module_class"].isin(names), "inclusive_ms"].sum()
+        inside = frame.loc[frame["module_class"].isin(self._run.graph_blocks), "inclusive_ms"].sum()
         return float(inside) / profile.total_ms
 
     def _module_wanted(self, qualified: str) -> bool:
@@ -648,8 +649,7 @@ class KernelOptimizer:
                         device: str | None = None) -> list[PlanEntry]:
         """Judge and time module kernels for the hot classes, hottest first; instances inside (or around) ones
         already replaced are skipped."""
-        blocks = self._graph_block_classes(module, device)
-        self._run.graph_blocks = tuple(name[len(MODULE_PREFIX):] for name in blocks)
+        blocks = [MODULE_PREFIX + name for name in self._run.graph_blocks]
         wanted = self._module_classes(module)
         self._run.module_targets = tuple(name[len(MODULE_PREFIX):] for name in wanted)
         if not wanted and not blocks:
@@ -893,7 +893,7 @@ class KernelOptimizer:
         if execution is not Execution.EAGER or getattr(profile, "device", "cpu") != "cuda":
             return clock_for(execution, device_ms, None) if execution is not Execution.EAGER else ClockChoice(
                 execution.timing_mode, device_ms, None, "eager on the CPU: one clock")
-        graphed = self._graph_block_share(module)
+        graphed = self._graph_block_share()
         if graphed >= DEVICE_BOUND_SHARE:  # no timing of the model needed
             return clock_for(execution, device_ms, None, graphed)
         samples = normalize_data(data) or [Sample((), {})]

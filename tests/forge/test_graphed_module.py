@@ -107,13 +107,15 @@ def test_the_selection_clock_sees_the_share_of_the_kernel_time_inside_the_blocks
     optimizer = KernelOptimizer(kernel_providers=[], end_to_end_check=False)
     optimizer._run = _Run(Execution.EAGER, {}, optimizer.kernel_utils)
     optimizer._run.module_profile = profile
+    optimizer._run.graph_blocks = optimizer._graph_block_classes(model, "cuda")  # as make_plan does, once
     blocks = profile.outermost_blocks(model, min_share_percent=1.0)  # the layers, or under load the backbone
     inclusive = profile.frame.set_index("module_class")["inclusive_ms"]
-    share = optimizer._graph_block_share(model)
+    share = optimizer._graph_block_share()
     assert blocks and share == pytest.approx(sum(inclusive[name] for name in blocks) / profile.total_ms)
     assert 0.0 < share <= 1.0
     optimizer.graph_blocks = False
-    assert optimizer._graph_block_share(model) == 0.0
+    optimizer._run.graph_blocks = optimizer._graph_block_classes(model, "cuda")
+    assert optimizer._graph_block_share() == 0.0
 
 
 def test_on_the_cpu_the_provider_refuses_with_the_reason_and_the_optimizer_tries_no_block():
