@@ -134,8 +134,8 @@ class ProbeSettings:
 
 _STARTING = threading.local()  # .collector: where the threads the current call starts go (see `_threads_started`)
 _STARTING_PATCH = threading.Lock()
-_original_start: Callable[[threading.Thread], None] | None = None
-_THREAD_START = threading.Thread.start
+_original_start: Callable[[threading.Thread], None] = threading.Thread.start  # replaced by what `start` is at wrapping
+_wrapped = False
 
 
 def _collecting_start(thread: threading.Thread) -> None:
@@ -152,7 +152,7 @@ def _collecting_start(thread: threading.Thread) -> None:
             run()
 
         thread.run = tagged  # type: ignore[method-assign]
-    (_original_start or _THREAD_START)(thread)
+    _original_start(thread)
 
 
 @contextlib.contextmanager
@@ -163,10 +163,10 @@ def _threads_started() -> Iterator[list[threading.Thread]]:
     in CI under load once (an unrelated thread appeared during the call). `Thread.start` is wrapped once per process
     and left wrapped: a patch put on and taken off per call would be left behind stale when two threads probe at
     once (each restores what it found)."""
-    global _original_start
+    global _original_start, _wrapped
     with _STARTING_PATCH:
-        if _original_start is None:
-            _original_start = threading.Thread.start
+        if not _wrapped:
+            _original_start, _wrapped = threading.Thread.start, True
             threading.Thread.start = _collecting_start  # type: ignore[method-assign]
     started: list[threading.Thread] = []
     outer = getattr(_STARTING, "collector", None)

@@ -101,7 +101,6 @@ class ModuleProfile:
         return Reach(in_f_pct=share(in_f), targets_pct=share(glue), total_ms=total,
                      unreached=tuple((row.module_class, share(row.outside_f_ms)) for row in rest.itertuples()))
 
-
     def outermost_blocks(self, model: nn.Module, min_share_percent: float = 1.0,
                          backbone_share: float = 0.5) -> list[str]:
         """The model's outermost blocks (qualified class names, model order): walking down from `model`, the first
