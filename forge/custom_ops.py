@@ -363,7 +363,8 @@ class ModuleOp(ProviderOp):
 
 # Per provider (a plan entry's), the op of each instance it serves: they live as long as the provider, which already
 # holds each instance's replacement (`ModuleKernelProvider.bind`).
-_MODULE_OPS: weakref.WeakKeyDictionary[KernelProvider, dict[int, ModuleOp | None]] = weakref.WeakKeyDictionary()
+_MODULE_OPS: weakref.WeakKeyDictionary[KernelProvider, dict[int, tuple[weakref.ref[Any], ModuleOp | None]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def module_op(provider: KernelProvider, instance: Any, replacement: Callable[..., Any],
@@ -371,8 +372,9 @@ def module_op(provider: KernelProvider, instance: Any, replacement: Callable[...
     """The op of `instance` under `provider` (registered once per pair); None when torch cannot register one."""
     with _OPS_LOCK:
         ops = _MODULE_OPS.setdefault(provider, {})
-        if id(instance) in ops:
-            return ops[id(instance)]
+        held = ops.get(id(instance))
+        if held is not None and held[0]() is instance:  # (an id reused by a new instance gets its own op)
+            return held[1]
         short = provider.supported_function.rsplit(".", 1)[-1]
         name = f"module_{_op_name(short)}_{next(_SERIAL)}"
         try:
@@ -381,7 +383,7 @@ def module_op(provider: KernelProvider, instance: Any, replacement: Callable[...
             logger.warning("cannot register custom op %s::%s (%s); under torch.compile this module kernel is not used",
                            NAMESPACE, name, exc)
             op = None
-        ops[id(instance)] = op
+        ops[id(instance)] = (weakref.ref(instance), op)
         return op
 
 

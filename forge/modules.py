@@ -30,6 +30,7 @@ import functools
 import logging
 import math
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -44,7 +45,7 @@ from forge.text import parse_python
 
 __all__ = ["MODULE_PREFIX", "CompiledModuleProvider", "ModuleCalls", "ModuleKernelProvider", "attribute_names",
            "class_aliases", "class_name", "declared_layer", "instance_key", "module_target_name", "plain_attributes",
-           "record_module_calls", "recorded_calls"]
+           "record_module_calls", "recorded_calls", "resolve_class"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,15 +71,9 @@ def class_aliases(target_class: str) -> frozenset[str]:
     return frozenset(n for n in (target_class, target_class.rsplit(".", 1)[-1], layer) if n)
 
 
-def declared_layer(target_class: str) -> str | None:
-    """The layer name a model library declares for a swappable class, e.g. "RMSNorm" for transformers'
-    `@use_kernel_forward_from_hub("RMSNorm") class LlamaRMSNorm` (the seam the `kernels` package swaps forwards
-    through): `kernel_layer_name` on the class when `kernels` is installed, else the decorator in the class's source.
-    `target_class` is a qualified class name; None when it declares none (or cannot be imported)."""
-    import ast
+def resolve_class(target_class: str) -> type | None:
+    """The class a qualified class name (`class_name`) names, imported; None when it cannot be imported."""
     import importlib
-    import inspect
-    import textwrap
 
     kind: Any = None
     parts = target_class.split(".")
@@ -90,7 +85,20 @@ def declared_layer(target_class: str) -> str | None:
         for attribute in parts[split:]:
             kind = getattr(kind, attribute, None)
         break
-    if not isinstance(kind, type):
+    return kind if isinstance(kind, type) else None
+
+
+def declared_layer(target_class: str) -> str | None:
+    """The layer name a model library declares for a swappable class, e.g. "RMSNorm" for transformers'
+    `@use_kernel_forward_from_hub("RMSNorm") class LlamaRMSNorm` (the seam the `kernels` package swaps forwards
+    through): `kernel_layer_name` on the class when `kernels` is installed, else the decorator in the class's source.
+    `target_class` is a qualified class name; None when it declares none (or cannot be imported)."""
+    import ast
+    import inspect
+    import textwrap
+
+    kind = resolve_class(target_class)
+    if kind is None:
         return None
     named = getattr(kind, "kernel_layer_name", None)
     if isinstance(named, str):
@@ -239,7 +247,7 @@ class ModuleKernelProvider(KernelProvider):
         super().__init__()
         self.target_class = target_class
         self.instance_keys: frozenset[Hashable] = frozenset()
-        self._bound: dict[int, Callable[..., Any]] = {}
+        self._bound: dict[int, tuple[weakref.ref[nn.Module], Callable[..., Any]]] = {}  # by instance id
         self._lock = threading.Lock()
 
     @property
@@ -263,12 +271,12 @@ class ModuleKernelProvider(KernelProvider):
         return instance_key(module) in self.instance_keys
 
     def bind(self, module: nn.Module) -> Callable[..., Any]:
-        """The replacement forward of `module` (cached per instance)."""
+        """The replacement forward of `module` (cached per instance; an id reused by a new instance binds anew)."""
         with self._lock:
             bound = self._bound.get(id(module))
-            if bound is None:
-                bound = self._bound[id(module)] = self._bind(module)
-            return bound
+            if bound is None or bound[0]() is not module:
+                bound = self._bound[id(module)] = (weakref.ref(module), self._bind(module))
+            return bound[1]
 
     @property
     def rewrites(self) -> bool:

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from forge.plan import KernelOptimizationPlan, PlanEntry
     from forge.provider import KernelProvider
 
-__all__ = ["KernelProviderRuntime", "DispatchStats", "PlanModeWarning", "patched_functions"]
+__all__ = ["KernelProviderRuntime", "DispatchStats", "PlanModeWarning", "instance_forward", "patched_functions"]
 
 logger = logging.getLogger(__name__)
 
@@ -483,6 +483,23 @@ def _module_forward(entry: PlanEntry, stats: DispatchStats, replacement: Callabl
     return forward
 
 
+def instance_forward(entry: PlanEntry, sub: nn.Module, stats: DispatchStats, *,
+                     replacement: Callable[..., Any] | None = None,
+                     original: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """The guarded forward of one instance a module entry serves (`entry.provider.serves(sub)`): the replacement on
+    a judged call signature, `original` (default: `sub.forward` as it is now) otherwise, the instance's custom op
+    under `torch.compile`; calls are counted in `stats`, which the instance's op reports to as well. The one code
+    path of `plan.apply` and of module kernels exported to the `kernels` package (`forge.hub_kernels`).
+    `replacement`: an already bound one (default: `entry.provider.bind(sub)`)."""
+    if replacement is None:
+        replacement = entry.provider.bind(sub)
+    if original is None:
+        original = sub.forward
+    _MODULE_STATS[sub] = stats
+    return _module_forward(entry, stats, replacement, original,
+                           _module_traced_path(entry, sub, replacement, original))
+
+
 class _RuntimeThreadState(threading.local):
     """Per thread and runtime (read only by the eager forward wrapper): nesting depth, and the entries this runtime
     displaced in the thread's table and the names it routed, for the pop."""
@@ -714,12 +731,8 @@ class KernelProviderRuntime:
             bound = self._bound.get((id(entry), id(sub)))
             if bound is None or bound[0] is not sub:  # (an id is reused once its module is gone)
                 bound = self._bound[(id(entry), id(sub))] = (sub, entry.provider.bind(sub))
-            replacement = bound[1]
-            original = sub.forward
-            wrapper = _module_forward(entry, stats, replacement, original,
-                                      _module_traced_path(entry, sub, replacement, original))
+            wrapper = instance_forward(entry, sub, stats, replacement=bound[1], original=sub.forward)
             sub.forward = wrapper
-            _MODULE_STATS[sub] = stats
             self._patched.append((sub, had, previous, wrapper))
 
     def _unpatch_modules(self) -> None:

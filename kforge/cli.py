@@ -7,6 +7,8 @@
                                                               (generated kernels in the sandbox first; one process
                                                               per kernel, stopped after S seconds)
     kforge plan sign plan.json                                sign a reviewed plan with your key (forge.signing)
+    kforge plan export-kernels plan.json --out DIR            its module kernels as a local `kernels` repository
+                                                              (kernelize / transformers KernelConfig; forge.hub_kernels)
     kforge eval SUITE [...]                                   offline evals of kernel sources (see `kforge eval -h`)
 
 Exit status: 0 done; 1 a negative result (a kernel failed verification) or an internal error (one line naming the
@@ -578,6 +580,27 @@ def _cmd_plan_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan_export_kernels(args: argparse.Namespace) -> int:
+    """Write a plan's module kernels as a local `kernels` repository (`forge.hub_kernels`), print its mapping (also
+    written to DIR/kernel_mapping.json) and how to load it."""
+    import json
+
+    from forge.hub_kernels import export_kernels
+
+    plan = _load_plan(args.path, args.trust_unsigned)
+    export = export_kernels(plan, args.out, name=args.name, overwrite=args.overwrite)
+    for function, why in export.skipped:
+        print(printable(f"skipped {function}: {why}"))
+    print(printable(f"exported {len(export.exported)} module kernel(s) to {export.path} "
+                    f"(package {export.package.name}, module id {export.module_id}); mapping "
+                    f"({export.path / 'kernel_mapping.json'}):"))
+    lines = [*json.dumps(export.mapping, indent=2).splitlines(), "to load it:", *export.instructions().splitlines()]
+    for line in lines:
+        print(printable(line))
+    _report_saved_signature(export.plan, export.plan_path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kforge", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="-v for INFO logs, -vv for DEBUG")
@@ -659,6 +682,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "kernel first runs in the sandbox, which gets S + 30 s for its start-up")
     verify.add_argument("--trust-unsigned", action="store_true", help=trust_help)
     verify.set_defaults(func=_cmd_plan_verify)
+    export = plan_sub.add_parser("export-kernels", help="write the plan's module kernels as a local `kernels` "
+                                 "repository with its layer mapping (kernels.kernelize, transformers KernelConfig)")
+    export.add_argument("path")
+    export.add_argument("--out", required=True, metavar="DIR",
+                        help="the repository folder to write (its parent must exist; a previous export there is "
+                        "replaced)")
+    export.add_argument("--name", help="the package name: lowercase letters, digits and dashes (default: kforge- and "
+                        "the layer names)")
+    export.add_argument("--overwrite", action="store_true", help="replace DIR even when it is a non-empty folder "
+                        "that is not a previous export")
+    export.add_argument("--trust-unsigned", action="store_true", help=trust_help)
+    export.set_defaults(func=_cmd_plan_export_kernels)
 
     try:
         from evals.cli import add_eval_parser

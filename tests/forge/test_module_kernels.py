@@ -322,3 +322,24 @@ def test_a_source_with_its_own_clock_is_timed_on_it_against_its_baseline(monkeyp
     assert optimizer.clock.timing is TimingMode.EAGER and len(plan) == 2
     # Per behaviour group: the baseline, the candidate, the baseline again, all on the source's clock.
     assert timings == [TimingMode.DEVICE] * 6
+
+
+
+class WeightKernel(NormKernel, type_name="test_weight_norm_kernel"):
+    """Holds the instance's weight, not the instance (as a generated `ModelNew` does)."""
+
+    def _bind(self, module):
+        weight, eps = module.weight, module.eps
+        return lambda x: weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def test_a_new_instance_at_the_address_of_a_collected_one_gets_its_own_replacement():
+    """Replacements are cached per instance by id: a module created where a collected one lived (CPython reuses
+    addresses) must not get the old one's replacement, which computes with the old weights."""
+    provider = WeightKernel(class_name(SlowNorm))
+    first, second = SlowNorm(16), SlowNorm(16)
+    provider.bind(first)
+    provider._bound[id(second)] = provider._bound.pop(id(first))  # what the cache holds once the address is reused
+    x = torch.randn(2, 16)
+    expected = second.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + second.eps)
+    torch.testing.assert_close(provider.bind(second)(x), expected)
