@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,9 @@ def run_model(demo_name: str, device: torch.device, execution: str, force: list[
               e2e_blocks: int, modes: list[str] | None = None, modules: bool = True,
               module_files: list[str] | None = None, module_classes: list[str] | None = None,
               module_threshold: float = MODULE_MIN_SHARE_PERCENT, providers: bool = True,
-              graphs: bool = True) -> dict[str, Any]:
+              graphs: bool = True, checkpoint: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """make_plan on one demo model, then the six-variant report of its plan. `checkpoint` gets the result as soon as
+    the plan is made (before the report, which a time limit may cut)."""
     demo = get_demo(demo_name)
     model, data = demo.model(device), demo.inputs(device)
     started = time.monotonic()
@@ -108,6 +111,8 @@ def run_model(demo_name: str, device: torch.device, execution: str, force: list[
                                                        "wall_ms": optimizer.clock.wall_ms,
                                                        "reason": optimizer.clock.reason},
     }
+    if checkpoint is not None:
+        checkpoint(result)
     if len(plan):
         result["reports"].append(_report("checked plan", plan, model, data, blocks, modes))
     # Several module entries can serve one class (one per source that won): the report keeps the first of each.
@@ -152,14 +157,22 @@ def main(argv: list[str] | None = None) -> int:
     clocks = _clock_log(args.out / "clocks.csv") if device.type == "cuda" else None
     for name in args.models:
         print(f"== {name} ({args.execution}) ==", flush=True)
+        path = args.out / f"{name}-{args.execution}.json"
+        made: dict[str, Any] = {}  # the plan's result once made: kept if the report fails
+
+        def checkpoint(partial: dict[str, Any], path: Path = path, made: dict[str, Any] = made) -> None:
+            made.update(partial)
+            path.write_text(json.dumps(partial, indent=1, default=str))
+            print(json.dumps({"plan_functions": partial["plan_functions"],
+                              "end_to_end_check": partial["end_to_end_check"]}, default=str), flush=True)
+
         try:
             result = run_model(name, device, args.execution, args.force, args.blocks, args.e2e_blocks,
                                args.report_modes, not args.no_modules, args.module_file, args.modules,
-                               args.module_threshold, not args.no_providers, not args.no_graphs)
+                               args.module_threshold, not args.no_providers, not args.no_graphs, checkpoint)
         except Exception as exc:  # noqa: BLE001 - one model failing must not lose the others
             logging.exception("%s failed", name)
-            result = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
-        path = args.out / f"{name}-{args.execution}.json"
+            result = {**made, "model": name, "error": f"{type(exc).__name__}: {exc}"}
         path.write_text(json.dumps(result, indent=1, default=str))
         print(json.dumps({k: result.get(k) for k in ("model", "plan_functions", "plan_seconds", "reach", "error")}),
               flush=True)
