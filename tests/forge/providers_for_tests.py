@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from forge.functional import original_function
+from forge.modules import ModuleKernelProvider, _key_from_repr
 from forge.provider import KernelProvider
 from forge.samples import Sample
 
@@ -86,3 +87,16 @@ class SiluBySigmoidProvider(_FunctionProvider, type_name="test_silu_by_sigmoid")
     def _call(self, x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
         self.calls += 1
         return x * torch.sigmoid(x)
+
+
+class KeyedModuleKernel(ModuleKernelProvider):
+    """Base of the tests' module kernels: saved as its target class and the instance keys it serves."""
+
+    def _to_dict(self) -> dict[str, Any]:
+        return {"target_class": self.target_class, "instance_keys": [repr(k) for k in self.instance_keys]}
+
+    @classmethod
+    def _from_dict(cls, state: dict[str, Any]) -> KeyedModuleKernel:
+        provider = cls(state["target_class"])
+        provider.instance_keys = frozenset(_key_from_repr(k) for k in state["instance_keys"])
+        return provider

@@ -23,8 +23,6 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
 from agent.modules import GeneratedModuleProvider  # noqa: E402
 from forge.hub_kernels import HubExport, HubExportError, export_kernels  # noqa: E402
 from forge.modules import (  # noqa: E402
-    ModuleKernelProvider,
-    _key_from_repr,
     class_name,
     module_target_name,
     record_module_calls,
@@ -33,7 +31,7 @@ from forge.plan import KernelOptimizationPlan, PlanEntry, PlanLoadError  # noqa:
 from forge.samples import Sample  # noqa: E402
 from kforge.cli import main  # noqa: E402
 from tests.agent.test_module_generation import RMS_CLASS, RMS_MODELNEW  # noqa: E402
-from tests.forge.providers_for_tests import FastGeluProvider  # noqa: E402
+from tests.forge.providers_for_tests import FastGeluProvider, KeyedModuleKernel  # noqa: E402
 
 RMS = module_target_name(LlamaRMSNorm)
 IDS = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(1))
@@ -179,7 +177,7 @@ class PlainNorm(nn.Module):
     forward = GatedNorm.forward
 
 
-class GatedNormKernel(ModuleKernelProvider, type_name="test_hub_gated_norm"):
+class GatedNormKernel(KeyedModuleKernel, type_name="test_hub_gated_norm"):
     calls = 0
 
     def _bind(self, module):
@@ -191,14 +189,6 @@ class GatedNormKernel(ModuleKernelProvider, type_name="test_hub_gated_norm"):
     def _prepare_instances(self, instances, samples, counts=None):
         return True
 
-    def _to_dict(self):
-        return {"target_class": self.target_class, "instance_keys": [repr(k) for k in self.instance_keys]}
-
-    @classmethod
-    def _from_dict(cls, state):
-        provider = cls(state["target_class"])
-        provider.instance_keys = frozenset(_key_from_repr(k) for k in state["instance_keys"])
-        return provider
 
 
 def _gated_plan(norm: nn.Module, *samples: Sample, kind: type = GatedNorm) -> KernelOptimizationPlan:

@@ -14,7 +14,6 @@ from forge.checking import KernelUtils
 from forge.execution import TimingMode
 from forge.modules import (
     CompiledModuleProvider,
-    ModuleKernelProvider,
     class_name,
     instance_key,
     module_target_name,
@@ -22,6 +21,7 @@ from forge.modules import (
 from forge.optimizer import KernelOptimizer
 from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.samples import Sample
+from tests.forge.providers_for_tests import KeyedModuleKernel
 
 UTILS = KernelUtils(fresh_inputs_per_sample=1, rounds=15, warmup=2, min_run_time_s=0.05)
 
@@ -50,7 +50,7 @@ class Net(nn.Module):
         return self.norms[2](self.proj(x))
 
 
-class NormKernel(ModuleKernelProvider, type_name="test_norm_kernel"):
+class NormKernel(KeyedModuleKernel, type_name="test_norm_kernel"):
     """The same math without the sleep, on the instance's own weight (shared, not copied)."""
 
     calls = 0
@@ -64,16 +64,6 @@ class NormKernel(ModuleKernelProvider, type_name="test_norm_kernel"):
     def _prepare_instances(self, instances, samples, counts=None):
         return all(s.args[0].shape[-1] == m.weight.shape[0] for m in instances for s in samples)
 
-    def _to_dict(self):
-        return {"target_class": self.target_class, "instance_keys": [repr(k) for k in self.instance_keys]}
-
-    @classmethod
-    def _from_dict(cls, state):
-        from forge.modules import _key_from_repr
-
-        provider = cls(state["target_class"])
-        provider.instance_keys = frozenset(_key_from_repr(k) for k in state["instance_keys"])
-        return provider
 
 
 def _data():
