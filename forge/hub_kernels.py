@@ -352,7 +352,7 @@ class HubExport:
             "with the kernels package (device \"cuda\", or \"cpu\"):",
             "    from pathlib import Path",
             "    from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_mapping",
-            f"    with use_kernel_mapping({{{repos}}}):",
+            f"    with use_kernel_mapping({{{repos}}}, inherit_mapping=False):",
             "        kernelize(model, mode=Mode.INFERENCE, device=\"cuda\")",
             "with transformers (CUDA; its KernelConfig refuses the CPU):",
             "    from transformers import KernelConfig",
