@@ -338,6 +338,10 @@ class HubExport:
     def plan_path(self) -> Path:
         return self.package / PLAN_FILE
 
+    @property
+    def mapping_path(self) -> Path:
+        return self.path / MAPPING_FILE
+
     def layer_repositories(self, device: str = "cuda") -> dict[str, dict[str, Any]]:
         """The mapping in `kernels.use_kernel_mapping`'s form, for `device` ("cuda", "cpu"...); needs `kernels`."""
         from kernels import LocalLayerRepository

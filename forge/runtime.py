@@ -559,9 +559,9 @@ class KernelProviderRuntime:
         if plan.entries:
             _prepare_dynamo()
         self._modules: list[tuple[PlanEntry, DispatchStats]] = []
-        self._served: list[tuple[nn.Module, PlanEntry, DispatchStats]] | None = None
+        # (instance, entry, stats, the instance's replacement forward), found and bound at the first activation
+        self._served: list[tuple[nn.Module, PlanEntry, DispatchStats, Callable[..., Any]]] | None = None
         self._patched: list[tuple[nn.Module, bool, Any, Callable]] = []
-        self._bound: dict[tuple[int, int], tuple[nn.Module, Callable[..., Any]]] = {}  # by (entry, instance) ids
         for entry in plan.entries:
             name = entry.function
             if name.startswith(MODULE_PREFIX):  # a module class's forward (forge.modules), routed by instance
@@ -607,7 +607,7 @@ class KernelProviderRuntime:
         forward (`forge.samples.signature_miss`: the arguments in which the model's calls differ from the validated
         signatures). An entry whose instances were not called yet is not listed. A plan entry that never serves
         only costs its routing."""
-        served = {id(entry) for _, entry, _ in (self._served or [])}
+        served = {id(entry) for _, entry, _, _ in (self._served or [])}
         found = []
         for entry, stats in self._modules:
             if stats.provider_calls or stats.provider_errors:
@@ -713,25 +713,24 @@ class KernelProviderRuntime:
         self._wrapper = wrapper
         module.forward = wrapper
 
-    def _served_instances(self) -> list[tuple[nn.Module, PlanEntry, DispatchStats]]:
-        """The instances of the model each module entry serves, found once (an activation per forward, as the eager
-        end-to-end timing does, then only swaps forwards: Llama-3.2-1B has 33 RMSNorms among ~200 modules). Found at
-        the first activation: a model changed after it (another dtype or device, new layers) needs a new runtime."""
+    def _served_instances(self) -> list[tuple[nn.Module, PlanEntry, DispatchStats, Callable[..., Any]]]:
+        """The instances of the model each module entry serves, with their replacement forwards, found and bound once
+        (an activation per forward, as the eager end-to-end timing does, then only swaps forwards: Llama-3.2-1B has 33
+        RMSNorms among ~200 modules). Found at the first activation: a model changed after it (another dtype or device,
+        new layers) needs a new runtime. Bound once per runtime: a replacement that holds state of its own (a
+        CUDA-graph provider's captures of what this plan runs inside the block) lives as long as the runtime, not one
+        activation."""
         if self._served is None:
-            self._served = [(sub, entry, stats) for entry, stats in self._modules for sub in self.module.modules()
+            self._served = [(sub, entry, stats, entry.provider.bind(sub))
+                            for entry, stats in self._modules for sub in self.module.modules()
                             if class_name(sub) == entry.provider.target_class and entry.provider.serves(sub)]
         return self._served
 
     def _patch_modules(self) -> None:
-        for sub, entry, stats in self._served_instances():
+        for sub, entry, stats, replacement in self._served_instances():
             had = "forward" in sub.__dict__
             previous = sub.__dict__.get("forward")
-            # Bound once per runtime: a replacement that holds state of its own (a CUDA-graph provider's captures of
-            # what this plan runs inside the block) lives as long as the runtime, not one activation.
-            bound = self._bound.get((id(entry), id(sub)))
-            if bound is None or bound[0] is not sub:  # (an id is reused once its module is gone)
-                bound = self._bound[(id(entry), id(sub))] = (sub, entry.provider.bind(sub))
-            wrapper = instance_forward(entry, sub, stats, replacement=bound[1], original=sub.forward)
+            wrapper = instance_forward(entry, sub, stats, replacement=replacement, original=sub.forward)
             sub.forward = wrapper
             self._patched.append((sub, had, previous, wrapper))
 

@@ -593,7 +593,7 @@ def _cmd_plan_export_kernels(args: argparse.Namespace) -> int:
         print(printable(f"skipped {function}: {why}"))
     print(printable(f"exported {len(export.exported)} module kernel(s) to {export.path} "
                     f"(package {export.package.name}, module id {export.module_id}); mapping "
-                    f"({export.path / 'kernel_mapping.json'}):"))
+                    f"({export.mapping_path}):"))
     lines = [*json.dumps(export.mapping, indent=2).splitlines(), "to load it:", *export.instructions().splitlines()]
     for line in lines:
         print(printable(line))

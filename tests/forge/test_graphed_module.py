@@ -283,7 +283,8 @@ def test_an_applied_plan_captures_its_module_kernels_into_the_block_graph():
     # each layer's norm ran at its layer's warm-up and capture only (2 + 1 runs), and the final norm once a pass
     assert CountingNorm.calls == len(layers) * 3 + 4
     assert runtime.stats[graphed.supported_function].provider_calls == 4 * len(layers)
-    assert all(graph for graph in (runtime._bound[(id(plan.entries[1]), id(layer))].graphs for layer in layers))
+    bound = {id(sub): replacement for sub, entry, _, replacement in runtime._served if entry is plan.entries[1]}
+    assert all(bound[id(layer)].graphs for layer in layers)
 
 
 class Masked(nn.Module):
