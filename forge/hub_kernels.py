@@ -12,7 +12,8 @@ counters, the custom op under `torch.compile`) and the class's original forward 
 A repository (kernels 0.19, a "universal" build: loads with the CPU and the CUDA torch):
 
     DIR/kernel_mapping.json                       {"RMSNorm": "/abs/DIR:RMSNorm"}, KernelConfig's local form
-    DIR/build/torch-universal/metadata.json       id (unique per export: kernels caches a module by it), name...
+    DIR/build/torch-universal/metadata.json       id (unique per export: kernels caches a module by it), name,
+                                                  the files' digest (kernels refuses an edited file at load)
     DIR/build/torch-universal/<name>/__init__.py  `from . import layers`; stats(), prepare(model), reset()
     DIR/build/torch-universal/<name>/layers.py    one class per layer name, its forward one call into here
     DIR/build/torch-universal/<name>/plan.json    the exported entries, a plan saved (and signed) like any other
@@ -31,6 +32,8 @@ block) and forwards taking `*args` or positional-only parameters (a layer cannot
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import inspect
 import json
 import logging
@@ -392,12 +395,12 @@ def export_kernels(plan: KernelOptimizationPlan, out_dir: str | os.PathLike[str]
         package = build / package_name.replace("-", "_")
         package.mkdir(parents=True)
         plan_bytes = exported.save(package / PLAN_FILE).read_bytes()
-        module_id = f"{_ID_PREFIX}{package_name.replace('-', '_')}_{_digest(plan_bytes, target)}"
-        _write(build / "metadata.json", json.dumps({
-            "id": module_id, "name": package_name, "version": 1, "license": "Apache-2.0", "python-depends": [],
-            "backend": {"type": "universal"}}, indent=2) + "\n")
+        module_id = f"{_ID_PREFIX}{package_name.replace('-', '_')}_{_module_nonce(plan_bytes, target)}"
         _write(package / "layers.py", _layers_source(layers))
         _write(package / "__init__.py", _INIT_SOURCE)
+        _write(build / "metadata.json", json.dumps({
+            "id": module_id, "name": package_name, "version": 1, "license": "Apache-2.0", "python-depends": [],
+            "backend": {"type": "universal"}, "digest": _variant_digest(build)}, indent=2) + "\n")
         mapping = {layer: f"{target}:{layer}" for layer in sorted(layers)}
         _write(staging / MAPPING_FILE, json.dumps(mapping, indent=2) + "\n")
         _replace(staging, target)
@@ -453,12 +456,23 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _digest(plan_bytes: bytes, target: Path) -> str:
+def _module_nonce(plan_bytes: bytes, target: Path) -> str:
     """Part of the module id: kernels imports a repository once per id and process, so every export gets its own
     (the plan, the folder and a nonce: the same plan exported again is imported again)."""
-    import hashlib
-
     return hashlib.sha256(plan_bytes + str(target).encode() + secrets.token_bytes(8)).hexdigest()[:12]
+
+
+def _variant_digest(build: Path) -> dict[str, Any]:
+    """The build's digest in kernels' metadata form (what `kernels._rust.Digest.hash_variant` computes: the base64
+    SHA-256 of every file but `metadata.json` and `__pycache__`, by its path in the build). kernels checks it on
+    every load of a local repository, so a `layers.py` or `__init__.py` edited after the export is refused there
+    (`plan.json` is also signed); without one it loads with a warning that integrity cannot be verified."""
+    files = {}
+    for path in sorted(build.rglob("*")):
+        relative = path.relative_to(build)
+        if path.is_file() and relative.as_posix() != "metadata.json" and "__pycache__" not in relative.parts:
+            files[relative.as_posix()] = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+    return {"algorithm": "sha256", "files": files}
 
 
 def _package_name(name: str | None, layers: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.models.llama.modeling_llama import LlamaRMSNorm  # noqa: E402
 
 from agent.modules import GeneratedModuleProvider  # noqa: E402
-from forge.hub_kernels import HubExport, HubExportError, export_kernels  # noqa: E402
+from forge.hub_kernels import HubExport, HubExportError, _variant_digest, export_kernels  # noqa: E402
 from forge.modules import (  # noqa: E402
     class_name,
     module_target_name,
@@ -107,16 +107,37 @@ def test_kernelize_serves_the_judged_norms_and_falls_back_on_other_instances_and
     assert norm.weight.grad is not None and _stats(export)[RMS]["fallback_calls"] == 2
 
 
+def _metadata_path(export: HubExport) -> Path:
+    return export.package.parent / "metadata.json"
+
+
 def test_a_tampered_exported_plan_is_refused_when_kernelize_imports_it(llama, rms_plan, tmp_path):
     export = export_kernels(rms_plan, tmp_path / "hub")
     data = json.loads(export.plan_path.read_text())
     data["entries"][0]["description"] = "edited after signing"
     export.plan_path.write_text(json.dumps(data))
+    # ...and the files' digest written again, so kernels' own check passes: the plan's signature still refuses it
+    metadata = json.loads(_metadata_path(export).read_text())
+    metadata["digest"] = _variant_digest(export.package.parent)
+    _metadata_path(export).write_text(json.dumps(metadata))
     model = copy.deepcopy(llama)
     with pytest.raises(PlanLoadError, match="signature"):
         _kernelize(model, export)
     assert export.module_id not in sys.modules
     assert not any("forward" in vars(m) for m in model.modules())  # nothing half-applied
+
+
+def test_an_edited_layer_file_is_refused_by_kernels_digest_check(llama, rms_plan, tmp_path):
+    export = export_kernels(rms_plan, tmp_path / "hub")
+    assert set(json.loads(_metadata_path(export).read_text())["digest"]["files"]) == {
+        f"{export.package.name}/{file}" for file in ("__init__.py", "layers.py", "plan.json")}
+    layers = export.package / "layers.py"
+    layers.write_text(layers.read_text() + "\nprint('edited after the export')\n")
+    model = copy.deepcopy(llama)
+    with pytest.raises(RuntimeError, match="digest"):
+        _kernelize(model, export)
+    assert export.module_id not in sys.modules
+    assert not any("forward" in vars(m) for m in model.modules())
 
 
 def test_transformers_kernelize_with_a_kernel_config_loads_the_export(llama, rms_plan, tmp_path):
