@@ -363,7 +363,7 @@ class ModuleOp(ProviderOp):
 
 # Per provider (a plan entry's), the op of each instance it serves: they live as long as the provider, which already
 # holds each instance's replacement (`ModuleKernelProvider.bind`).
-_MODULE_OPS: weakref.WeakKeyDictionary[KernelProvider, dict[int, tuple[weakref.ref[Any], ModuleOp | None]]] = \
+_MODULE_OPS: weakref.WeakKeyDictionary[KernelProvider, weakref.WeakKeyDictionary[Any, ModuleOp | None]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -371,10 +371,9 @@ def module_op(provider: KernelProvider, instance: Any, replacement: Callable[...
               original: Callable[..., Any], stats_of: StatsResolver | None = None) -> ModuleOp | None:
     """The op of `instance` under `provider` (registered once per pair); None when torch cannot register one."""
     with _OPS_LOCK:
-        ops = _MODULE_OPS.setdefault(provider, {})
-        held = ops.get(id(instance))
-        if held is not None and held[0]() is instance:  # (an id reused by a new instance gets its own op)
-            return held[1]
+        ops = _MODULE_OPS.setdefault(provider, weakref.WeakKeyDictionary())
+        if instance in ops:  # (keyed by the instance itself: a new one at a collected one's address gets its own)
+            return ops[instance]
         short = provider.supported_function.rsplit(".", 1)[-1]
         name = f"module_{_op_name(short)}_{next(_SERIAL)}"
         try:
@@ -383,7 +382,7 @@ def module_op(provider: KernelProvider, instance: Any, replacement: Callable[...
             logger.warning("cannot register custom op %s::%s (%s); under torch.compile this module kernel is not used",
                            NAMESPACE, name, exc)
             op = None
-        ops[id(instance)] = (weakref.ref(instance), op)
+        ops[instance] = op
         return op
 
 

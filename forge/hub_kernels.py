@@ -242,8 +242,8 @@ class ExportedKernels:
         served = 0
         for module in model.modules():
             if class_name(module) in self._by_class:
-                layer = getattr(type(module), "kernel_layer_name", None) or type(module).__name__
-                served += self._bind(module, str(layer)).entry is not None
+                layer = declared_layer(class_name(module)) or type(module).__name__
+                served += self._bind(module, layer).entry is not None
         return served
 
     def reset(self) -> None:

@@ -247,7 +247,7 @@ class ModuleKernelProvider(KernelProvider):
         super().__init__()
         self.target_class = target_class
         self.instance_keys: frozenset[Hashable] = frozenset()
-        self._bound: dict[int, tuple[weakref.ref[nn.Module], Callable[..., Any]]] = {}  # by instance id
+        self._bound: weakref.WeakKeyDictionary[nn.Module, Callable[..., Any]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     @property
@@ -271,12 +271,12 @@ class ModuleKernelProvider(KernelProvider):
         return instance_key(module) in self.instance_keys
 
     def bind(self, module: nn.Module) -> Callable[..., Any]:
-        """The replacement forward of `module` (cached per instance; an id reused by a new instance binds anew)."""
+        """The replacement forward of `module` (cached per instance, held no longer than the instance)."""
         with self._lock:
-            bound = self._bound.get(id(module))
-            if bound is None or bound[0]() is not module:
-                bound = self._bound[id(module)] = (weakref.ref(module), self._bind(module))
-            return bound[1]
+            bound = self._bound.get(module)
+            if bound is None:
+                bound = self._bound[module] = self._bind(module)
+            return bound
 
     @property
     def rewrites(self) -> bool:

@@ -3,6 +3,7 @@ on, through the optimizer, the plan (saved and loaded) and the runtime (eager, f
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 
@@ -324,12 +325,16 @@ class WeightKernel(NormKernel, type_name="test_weight_norm_kernel"):
 
 
 def test_a_new_instance_at_the_address_of_a_collected_one_gets_its_own_replacement():
-    """Replacements are cached per instance by id: a module created where a collected one lived (CPython reuses
-    addresses) must not get the old one's replacement, which computes with the old weights."""
+    """Replacements are cached per instance: a module created where a collected one lived (CPython reuses
+    addresses) must not get the old one's replacement, which computes with the old weights. The cache lets go of a
+    collected instance, so nothing is left for an instance at its address to pick up (a cache by id would be)."""
     provider = WeightKernel(class_name(SlowNorm))
-    first, second = SlowNorm(16), SlowNorm(16)
+    first = SlowNorm(16)
     provider.bind(first)
-    provider._bound[id(second)] = provider._bound.pop(id(first))  # what the cache holds once the address is reused
+    del first
+    gc.collect()
+    assert len(provider._bound) == 0
+    second = SlowNorm(16)
     x = torch.randn(2, 16)
     expected = second.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + second.eps)
     torch.testing.assert_close(provider.bind(second)(x), expected)
