@@ -55,7 +55,19 @@ class _NotGraphable(Exception):
 
 
 def _is_dense(tensor: torch.Tensor) -> bool:
-    return tensor.is_non_overlapping_and_dense() or tensor.numel() <= 1
+    """Whether the elements fill their storage span exactly once (any dim order): a static copy can keep the layout.
+
+    Tensors have no public method for this (ATen's `is_non_overlapping_and_dense` is not bound in Python), so the
+    strides of the dims that have more than one element are checked in increasing order.
+    """
+    if tensor.numel() <= 1:
+        return True
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(tensor.shape, tensor.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 class _Graph:

@@ -118,6 +118,26 @@ def test_the_selection_clock_sees_the_share_of_the_kernel_time_inside_the_blocks
     assert optimizer._graph_block_share() == 0.0
 
 
+@pytest.mark.parametrize(
+    ("make", "dense"),
+    [
+        (lambda: torch.randn(4, 6), True),
+        (lambda: torch.randn(4, 6).t(), True),  # a permutation still fills its storage once
+        (lambda: torch.randn(2, 3, 4).permute(2, 0, 1), True),
+        (lambda: torch.randn(4, 1, 6), True),
+        (lambda: torch.randn(1), True),
+        (lambda: torch.randn(4, 6)[:, :3], False),  # a gap between rows
+        (lambda: torch.randn(4, 6)[::2], False),
+        (lambda: torch.randn(6).expand(4, 6), False),  # rows overlap
+        (lambda: torch.randn(4, 1).expand(4, 6), False),
+    ],
+)
+def test_a_static_copy_keeps_the_layout_only_of_a_dense_non_overlapping_argument(make, dense):
+    from forge.providers.graphed_module import _is_dense
+
+    assert _is_dense(make()) is dense
+
+
 def test_on_the_cpu_the_provider_refuses_with_the_reason_and_the_optimizer_tries_no_block():
     model = Model().eval()
     layer = model.body.layers[0]
