@@ -18,12 +18,17 @@ blocks, eager execution on CUDA only):
   graph holds what the plan runs in it (module kernels and F-call providers of inner calls), judged each on its own.
 - Every graph of one provider shares one memory pool: graphs replay one after another on one stream and each output is
   cloned before the next replay, so one block's scratch memory serves all (16 Llama layers: one layer's activations).
+  The pool is a `torch.cuda.MemPool` the provider holds: a bare `graph_pool_handle()` is freed with the last graph
+  captured into it, and the next capture into that handle trips the caching allocator's internal assert (seen on an
+  H100 once the judge's graphs were dropped).
 - The original forward runs instead (nothing captured) when the call is being captured already (a plan used under
   `--execution cuda_graphs`) or compiled, when autograd would record it (grad enabled and a parameter that requires
   grad), when an argument is not a CUDA tensor or a plain value, and for a signature whose capture failed (the forward
   synchronises, reads a value on the host or writes one of its inputs, which a replay would write to the static copy
   instead): each is logged once and that signature is never tried again. A parameter or buffer re-bound since the
-  capture (its address changed: the graph would read the old one) drops the instance's graphs, captured again.
+  capture (`module.weight = nn.Parameter(...)`, or `.data =`: the graph would read the old storage) drops the
+  instance's graphs, captured again. Re-binding is seen through PyTorch's global parameter and buffer registration
+  hooks (a counter), so a replay does not walk the block's parameters; addresses are compared on every call.
 """
 
 from __future__ import annotations
@@ -50,6 +55,25 @@ _WARMUP_RUNS = 2  # runs on a side stream before capture (cuBLAS workspaces, laz
 _PLAIN_LEAVES = (bool, int, float, str, type(None), torch.dtype, torch.device)
 
 
+class _Registrations:
+    """How many parameters and buffers were registered (assigned) on any module since the first graphed forward: a
+    replay re-reads its block's tensors only when this moved (`GraphedForward._tensors_now`)."""
+
+    count = 0
+    _hooked = False
+
+    @classmethod
+    def hook(cls) -> None:
+        if not cls._hooked:
+            nn.modules.module.register_module_parameter_registration_hook(cls._bump)
+            nn.modules.module.register_module_buffer_registration_hook(cls._bump)
+            cls._hooked = True
+
+    @classmethod
+    def _bump(cls, module: nn.Module, name: str, value: Any) -> None:
+        cls.count += 1
+
+
 class _NotGraphable(Exception):
     """This call cannot be replayed from a graph (the message says why); the original forward serves it."""
 
@@ -63,7 +87,8 @@ def _is_dense(tensor: torch.Tensor) -> bool:
     if tensor.numel() <= 1:
         return True
     expected = 1
-    for stride, size in sorted((st, sz) for sz, st in zip(tensor.shape, tensor.stride()) if sz != 1):
+    dims = sorted((st, sz) for sz, st in zip(tensor.shape, tensor.stride(), strict=True) if sz != 1)
+    for stride, size in dims:
         if stride != expected:
             return False
         expected *= size
@@ -121,16 +146,28 @@ class GraphedForward:
         self.pool = pool
         self.graphs: dict[Hashable, _Graph] = {}
         self.refused: dict[Hashable, str] = {}
-        self._tensors = [t for _, t in (*module.named_parameters(), *module.named_buffers())]
-        self._needs_grad = any(t.requires_grad for t in self._tensors)
+        _Registrations.hook()
+        self._seen = -1
+        self._tensors: list[torch.Tensor] = []
+        self._needs_grad = False
+        self._tensors_now()
         self._addresses: tuple[int, ...] | None = None
         self._lock = threading.Lock()
+
+    def _tensors_now(self) -> list[torch.Tensor]:
+        """The block's parameters and buffers, read again only when one was registered anywhere since."""
+        if self._seen != _Registrations.count:
+            self._seen = _Registrations.count
+            self._tensors = [t for _, t in (*self.module.named_parameters(), *self.module.named_buffers())]
+            self._needs_grad = any(t.requires_grad for t in self._tensors)
+        return self._tensors
 
     def _why_not(self) -> str | None:
         if torch.compiler.is_compiling():
             return "compiling"
         if torch.cuda.is_current_stream_capturing():
             return "inside a capture"
+        self._tensors_now()
         if self._needs_grad and torch.is_grad_enabled():
             return "autograd is recording"
         return None
@@ -148,7 +185,7 @@ class GraphedForward:
                 if key in self.refused:
                     return self.original(*args, **kwargs)
                 return self._capture(key, args, kwargs)
-            if tuple(t.data_ptr() for t in self._tensors) != self._addresses:
+            if tuple(t.data_ptr() for t in self._tensors_now()) != self._addresses:
                 logger.info("%s: a parameter or buffer was re-bound since its graphs were captured; capturing again",
                             type(self.module).__name__)
                 self.graphs.clear()
@@ -158,7 +195,7 @@ class GraphedForward:
     def _capture(self, key: Hashable, args: tuple, kwargs: dict) -> Any:
         stream = torch.cuda.current_stream()
         try:
-            graph = _Graph(self.original, args, kwargs, self.pool)
+            graph = _Graph(self.original, args, kwargs, self.pool.id)
         except _NotGraphable as exc:
             self._refuse(key, str(exc))
             return self.original(*args, **kwargs)
@@ -204,7 +241,7 @@ class GraphedModuleProvider(ModuleKernelProvider, type_name="cuda_graph_module")
 
     def _bind(self, module: nn.Module) -> Callable[..., Any]:
         if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
+            self._pool = torch.cuda.MemPool()
         return GraphedForward(module, self._pool)
 
     def _prepare_instances(self, instances: list[nn.Module], samples: list[Sample],

@@ -138,6 +138,23 @@ def test_a_static_copy_keeps_the_layout_only_of_a_dense_non_overlapping_argument
     assert _is_dense(make()) is dense
 
 
+def test_a_graphed_forward_reads_its_block_tensors_again_after_a_parameter_or_buffer_is_re_bound():
+    from forge.providers.graphed_module import GraphedForward
+
+    layer = Layer(8).eval()
+    forward = GraphedForward(layer, pool=None)
+    before = forward._tensors_now()
+    assert forward._tensors_now() is before  # nothing registered since: the list is not rebuilt on a call
+    layer.down.weight = nn.Parameter(torch.zeros_like(layer.down.weight))
+    assert any(t is layer.down.weight for t in forward._tensors_now())
+    layer.norm.register_buffer("scale", torch.ones(8))
+    assert any(t is layer.norm.scale for t in forward._tensors_now())
+    layer.requires_grad_(False)
+    layer.up.bias = nn.Parameter(torch.zeros(16))  # requires grad: autograd would record a replay
+    forward._tensors_now()
+    assert forward._needs_grad
+
+
 def test_on_the_cpu_the_provider_refuses_with_the_reason_and_the_optimizer_tries_no_block():
     model = Model().eval()
     layer = model.body.layers[0]
