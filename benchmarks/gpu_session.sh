@@ -82,7 +82,9 @@ installed=
 for folder in "${wheels[@]}"; do
   compgen -G "$folder/*.whl" > /dev/null || continue
   mkdir -p "$site"
-  marker=$site/.installed-$(cd "$folder" && ls -l -- *.whl | cksum | cut -d' ' -f1)  # names, sizes and dates
+  # the wheels' contents and names, not their dates: the snapshot's copy of a folder has new ones, and a second call on
+  # a warm host reinstalled everything, one pip warning per file filling the call's output
+  marker=$site/.installed-$(cd "$folder" && cksum -- *.whl | cksum | cut -d' ' -f1)
   if [ ! -f "$marker" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$folder"/*.whl \
       || { echo "gpu_session: installing the wheels of $folder failed" >&2; exit 1; }
