@@ -236,6 +236,17 @@ class TensorSpec:
         return _is_contiguous(self.shape, self.stride)
 
     @property
+    def is_dense(self) -> bool:
+        """Whether the elements fill their storage span exactly once, in some dim order: contiguous memory or a
+        permutation (transpose) of it; not a slice with gaps, nor an expanded (overlapping) view."""
+        expected = 1
+        for st, s in sorted((st, s) for s, st in zip(self.shape, self.stride, strict=True) if s > 1):
+            if st != expected:
+                return False
+            expected *= s
+        return True
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape)
 

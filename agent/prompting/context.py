@@ -41,17 +41,10 @@ def _layout_notes(spec: TensorSpec) -> list[str]:
         notes.append("contiguous")
     else:
         broadcast = [d for d, (s, st) in enumerate(zip(spec.shape, spec.stride, strict=True)) if st == 0 and s > 1]
-        dense = sorted((st, s) for s, st in zip(spec.shape, spec.stride, strict=True) if s > 1)
-        expected, permuted = 1, True
-        for st, s in dense:
-            if st != expected:
-                permuted = False
-                break
-            expected *= s
         if broadcast:
             kind = f"broadcast view: stride 0 on dim(s) {', '.join(map(str, broadcast))} (those indices all read the " \
                    "same elements)"
-        elif permuted:
+        elif spec.is_dense:
             kind = "a permuted/transposed view of dense memory"
         else:
             kind = "a strided view (e.g. a slice): rows are not adjacent in memory"

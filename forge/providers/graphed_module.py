@@ -45,7 +45,7 @@ from torch.utils import _pytree as pytree
 from forge.checking.benchmarking import _recover_from_failed_capture
 from forge.execution import TimingMode
 from forge.modules import ModuleKernelProvider, _key_from_repr
-from forge.samples import Sample, clone_tensor, signature_of
+from forge.samples import Sample, TensorSpec, clone_tensor, signature_of
 
 __all__ = ["GraphedModuleProvider", "GraphedForward"]
 
@@ -79,20 +79,9 @@ class _NotGraphable(Exception):
 
 
 def _is_dense(tensor: torch.Tensor) -> bool:
-    """Whether the elements fill their storage span exactly once (any dim order): a static copy can keep the layout.
-
-    Tensors have no public method for this (ATen's `is_non_overlapping_and_dense` is not bound in Python), so the
-    strides of the dims that have more than one element are checked in increasing order.
-    """
-    if tensor.numel() <= 1:
-        return True
-    expected = 1
-    dims = sorted((st, sz) for sz, st in zip(tensor.shape, tensor.stride(), strict=True) if sz != 1)
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    """Whether a static copy can keep the argument's layout (`TensorSpec.is_dense`; Python's `Tensor` has no
+    `is_non_overlapping_and_dense`)."""
+    return tensor.numel() <= 1 or TensorSpec.of(tensor, with_stats=False).is_dense
 
 
 class _Graph:

@@ -19,6 +19,7 @@ from agent.prompting import (
     PromptRenderer,
     PromptTemplateError,
     SampleEntry,
+    describe_value,
     format_time_ms,
     worst_mismatches,
 )
@@ -114,6 +115,20 @@ def test_signature_key_depends_on_layouts_not_values():
 # ---------------------------------------------------------------------------------------------------------
 # generate / system
 # ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (lambda: torch.randn(4, 6).t(), "a permuted/transposed view of dense memory"),
+        (lambda: torch.randn(2, 3, 4).permute(2, 0, 1), "a permuted/transposed view of dense memory"),
+        (lambda: torch.randn(4, 6)[:, :3], "a strided view (e.g. a slice)"),
+        (lambda: torch.randn(6).expand(4, 6), "broadcast view: stride 0 on dim(s) 0"),
+    ],
+)
+def test_a_non_contiguous_argument_is_described_by_its_kind_of_layout(make, kind):
+    text = describe_value(make())
+    assert "NON-CONTIGUOUS" in text and kind in text
+
+
 def test_generate_prompt_carries_every_signature_and_the_rules(task, renderer):
     text = renderer.generate(task)
     assert "torch.nn.functional.layer_norm" in text
