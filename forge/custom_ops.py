@@ -246,6 +246,7 @@ class ProviderOp:
         self._original = self._original_call()
         self._calls: list[_SignatureCall] = []
         self._index: dict[Hashable, int] = {}
+        self._not_ops: set[Hashable] = set()  # signatures whose call cannot be an op (`_output_layout` gave None)
         self._lock = threading.Lock()
         self._warned = False
         # torch.library.Library rather than torch.library.custom_op: the same op for Dynamo and Inductor, but a call
@@ -276,8 +277,13 @@ class ProviderOp:
         with self._lock:
             if key in self._index:
                 return self._index[key]
+            if key in self._not_ops:
+                return None
             meta = self._output_layout(template)
             if meta is None:
+                # Remembered: the runtime registers an entry's signatures at every activation (once a pass in eager
+                # timing), and the layout run is the whole forward on fake tensors (~5 ms for LlamaAttention).
+                self._not_ops.add(key)
                 return None
             self._calls.append(_SignatureCall(template, key, *meta, _top_level_slots(template)))
             self._index[key] = len(self._calls) - 1
