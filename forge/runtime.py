@@ -562,6 +562,9 @@ class KernelProviderRuntime:
         # (instance, entry, stats, the instance's replacement forward), found and bound at the first activation
         self._served: list[tuple[nn.Module, PlanEntry, DispatchStats, Callable[..., Any]]] | None = None
         self._patched: list[tuple[nn.Module, bool, Any, Callable]] = []
+        # per served instance (its index in `_served`): the forwards it wrapped (the instance's own, None when it has
+        # none, and its class's) and the wrapper, reused by later activations while both are unchanged
+        self._wrappers: dict[int, tuple[tuple[Any, Any], Callable]] = {}
         for entry in plan.entries:
             name = entry.function
             if name.startswith(MODULE_PREFIX):  # a module class's forward (forge.modules), routed by instance
@@ -727,10 +730,21 @@ class KernelProviderRuntime:
         return self._served
 
     def _patch_modules(self) -> None:
-        for sub, entry, stats, replacement in self._served_instances():
+        """Install each served instance's guarded forward. The wrapper is built once per instance and the forward it
+        falls back to, and reused while that forward stays the same: an eager run activates the plan once a pass, and
+        building a wrapper registers the instance's signatures with its custom op (~10 us each; Llama-3.2-1B has 81
+        served instances, so ~1 ms of host time ahead of every forward)."""
+        for index, (sub, entry, stats, replacement) in enumerate(self._served_instances()):
             had = "forward" in sub.__dict__
             previous = sub.__dict__.get("forward")
-            wrapper = instance_forward(entry, sub, stats, replacement=replacement, original=sub.forward)
+            wrapped = (previous, type(sub).forward)
+            built = self._wrappers.get(index)
+            if built is not None and built[0][0] is wrapped[0] and built[0][1] is wrapped[1]:
+                wrapper = built[1]
+                _MODULE_STATS[sub] = stats
+            else:
+                wrapper = instance_forward(entry, sub, stats, replacement=replacement, original=sub.forward)
+                self._wrappers[index] = (wrapped, wrapper)
             sub.forward = wrapper
             self._patched.append((sub, had, previous, wrapper))
 

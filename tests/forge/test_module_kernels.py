@@ -376,3 +376,21 @@ def test_a_call_that_cannot_be_a_custom_op_is_found_out_once_not_at_every_activa
             out, none = net(x)
     assert PairNorm.fake_runs == 1 and NormKernel.calls == 5 and none is None
     torch.testing.assert_close(out, SlowNorm.forward(net[0], x))
+
+
+def test_an_activation_reuses_the_instance_wrappers_but_not_over_a_forward_replaced_in_between():
+    """Activating a plan again installs the wrappers it built the first time (an eager run activates it once a
+    pass); a forward the user set on an instance in between is what the new wrapper falls back to."""
+    net = Net()
+    runtime = _norm_plan(net).runtime(net)
+    with runtime.applied():
+        first = net.norms[0].forward
+    with runtime.applied():
+        assert net.norms[0].forward is first
+    seen = []
+    mine = lambda x: seen.append(x.shape) or SlowNorm.forward(net.norms[0], x)  # noqa: E731
+    net.norms[0].forward = mine
+    with runtime.applied():
+        assert net.norms[0].forward is not first
+        net.norms[0](torch.randn(3, 16))  # not judged: falls back to the user's forward
+    assert seen == [torch.Size([3, 16])] and net.norms[0].forward is mine
