@@ -212,8 +212,9 @@ def recorded_calls(run: Callable[[], Any], root: nn.Module, names: set[str], *, 
     copies hold the values. Why: a library may call its modules otherwise when it sees a capture, and a module kernel
     is judged on the calls it will get. transformers 5.17 (`masking_utils._ignore_causal_mask_sdpa`, through
     `is_tracing`) builds an explicit causal mask inside a capture and passes `LlamaAttention` `attention_mask=None`
-    outside one, so an entry judged on the eager calls never served under CUDA graphs (BENCHMARKS.md K9). A model that
-    cannot be captured is recorded eagerly (logged)."""
+    outside one, so an entry judged on the eager calls never served under CUDA graphs (BENCHMARKS.md K9); 5.18-5.25
+    still do for a model run without a cache (the packed-sequence check on `position_ids` cannot read them inside a
+    capture, K11). A model that cannot be captured is recorded eagerly (logged)."""
     if captured:
         from forge.checking.benchmarking import record_inside_capture
 
