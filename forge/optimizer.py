@@ -712,7 +712,9 @@ class KernelOptimizer:
                     self._judge_ahead(name, written[index], targets, number)
                 tried = self._module_try(name, source, written.get(index), group, targets[number - 1],
                                          calls.samples[key], calls.counts[key])
-                if tried.judged:  # a provider judged correct on this group (never None then)
+                # Code judged correct here serves as the later groups' first try; so does a kept file judged wrong
+                # here (its source gives the same file again): either way it is judged on them all at once next.
+                if tried.judged or (tried.provider is not None and not tried.provider.rewrites):
                     written[index] = tried.provider
                 if tried.entry is not None:
                     won.append(tried.entry)

@@ -342,6 +342,37 @@ def test_one_file_serves_every_behaviour_group_it_is_correct_for_and_a_group_it_
     assert reach is not None and reach.reachable_pct == pytest.approx(100.0)  # the norms are all the model does
 
 
+def test_a_kept_file_wrong_for_the_first_group_is_judged_on_the_others_at_once_and_read_once(caplog) -> None:
+    """A kept file (`benchmarks.real_models --module-file`; its source gives the same file again) that is wrong for
+    the first behaviour group is still tried on the others, which may differ, but judged on them all at once in the
+    sandbox rather than one after another (Llama's captured attention: 16 groups at ~12 s each, one by one, on an
+    H100), and its source is asked once."""
+    norms = [LlamaRMSNorm(64, eps=1e-6) for _ in range(3)]
+    for index, norm in enumerate(norms):
+        norm.layer_idx = index
+    model = nn.Sequential(*norms).eval()
+    wrong = RMS_MODELNEW.replace("self.variance_epsilon = original.variance_epsilon", "self.variance_epsilon = 0.5")
+    asked = []
+
+    def kept_file(target_class: str) -> GeneratedModuleProvider:
+        asked.append(target_class)
+        return GeneratedModuleProvider(target_class, wrong, language="triton")
+
+    optimizer = KernelOptimizer(kernel_providers=[], kernel_utils=QUICK, module_sources=[kept_file],
+                                module_classes=["LlamaRMSNorm"], module_min_time_share_percent=0.0,
+                                end_to_end_check=False)
+    try:
+        with caplog.at_level(logging.INFO, logger="forge.progress"):
+            result = optimizer.optimize(model, [Sample((torch.randn(2, 8, 64),), {})])
+    finally:
+        optimizer.judge.close()
+    generated = result.report[result.report["source"] == "generated"]
+    assert list(generated["outcome"]) == ["mismatch"] * 3, generated.to_string()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("on the 2 other group(s) in the sandbox" in line for line in said), said
+    assert asked == [RMS_CLASS] and len(result.plan) == 0
+
+
 # Honest, as a stand-in model wrote it for Llama's MLP on the H200 (benchmarks/replies/llama_mlp_h200.py), for any
 # dtype: the products through F.linear (a library call a module may make), SiLU(gate) * up in its own kernel, the
 # projections read through the original's submodules (`orig.gate_proj.weight`).
