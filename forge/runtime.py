@@ -732,8 +732,8 @@ class KernelProviderRuntime:
     def _patch_modules(self) -> None:
         """Install each served instance's guarded forward. The wrapper is built once per instance and the forward it
         falls back to, and reused while that forward stays the same: an eager run activates the plan once a pass, and
-        building a wrapper registers the instance's signatures with its custom op (~10 us each; Llama-3.2-1B has 81
-        served instances, so ~1 ms of host time ahead of every forward)."""
+        building a wrapper registers the instance's signatures with its custom op (an activation of 33 served norms took
+        0.36 ms on the CI machine rebuilding them, 0.10 ms reusing them; Llama-3.2-1B's plan serves 81 instances)."""
         for index, (sub, entry, stats, replacement) in enumerate(self._served_instances()):
             had = "forward" in sub.__dict__
             previous = sub.__dict__.get("forward")
