@@ -30,13 +30,14 @@ from forge.judging import InstanceTarget, Judge
 from forge.modules import MODULE_PREFIX, class_aliases, module_target_name, record_module_calls
 
 
-def _target_name(model: torch.nn.Module, module: str) -> str:
+def target_name(model: torch.nn.Module, module: str) -> str:
     """The module target (`module:<qualified class>`) of the model's class named `module` (`class_aliases`)."""
     for child in model.modules():
         name = module_target_name(child)
         if module in class_aliases(name[len(MODULE_PREFIX):]):
             return name
-    raise SystemExit(f"judge_module_file: the demo has no module of class {module!r}")
+    raise SystemExit(f"the demo's model has no module of class {module!r} (name it qualified, bare or by its "
+                     "declared layer name)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     source = extracted.code if extracted is not None else text
     demo = get_demo(args.demo)
     model, data = demo.model(device), demo.inputs(device)
-    name = _target_name(model, args.module)
+    name = target_name(model, args.module)
     with torch.no_grad(), record_module_calls(model, {name}) as found:
         for sample in data:
             model(*sample.args, **sample.kwargs)

@@ -36,7 +36,7 @@ import torch
 
 from agent.modules import GeneratedModuleProvider
 from agent.replies import extract_code
-from benchmarks.judge_module_file import _target_name
+from benchmarks.judge_module_file import target_name
 from forge.demos import get_demo
 from forge.end_to_end import ModelRunner, PairedComparison, time_model
 from forge.execution import Execution, parse_execution
@@ -57,7 +57,7 @@ def build_entries(model: torch.nn.Module, data: list[Any], execution: Execution,
                   graphs: list[str], language: str = "triton") -> dict[str, list[PlanEntry]]:
     """Plan entries per class name given: one per behaviour group of the class's instances, on its recorded calls.
     A file or a graphed block that cannot be prepared for a group exits with the reason."""
-    names = {_target_name(model, name): name for name in [*files, *graphs]}
+    names = {target_name(model, name): name for name in [*files, *graphs]}
 
     def run() -> None:
         for sample in data:
