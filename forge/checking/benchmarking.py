@@ -30,7 +30,7 @@ the spot check catches. Memory: two input sets, as the rotation for inputs over 
 design held up to three fresh clones), plus the reversed copy up to 64 MB. Warm-up uses each set once (its first touch,
 page faults included, is not timed). Refilling costs one copy per pass, as the clone it replaces did.
 
-Spot checks (`spot_check=SpotCheck(reference)`, `forge.checking.spot_check`): the outputs of 1-2 random timed
+Spot checks (`spot_check=SpotCheck(reference)`, `forge.checking.spot_check`): the outputs of 2-3 random timed
 passes (one in device mode on CUDA: one replay's output buffers copied out) are kept and, after the loop and the
 integrity check, compared with the reference on the same (rebuilt) inputs with `validate`'s tolerances;
 `SpotCheckError` names the pass, the call and the worst error. Measured on the loaded 2-core CPU machine, F.silu

@@ -63,7 +63,10 @@ class KernelUtils:
     max_benchmark_calls: int = 64
     timing: TimingMode = TimingMode.EAGER
     probes: ProbeSettings = field(default_factory=ProbeSettings)
-    spot_check_passes: tuple[int, int] = (1, 2)
+    # At least two: the timed-pass detector of the adversarial corpus (wrong only on passes whose input address
+    # recurs, most of them) outlived one or two checked passes in 13 of 300 quick benchmarks, two or three in 0 of
+    # 300 (CI machine); a checked pass of a small input costs ~3 ms.
+    spot_check_passes: tuple[int, int] = (2, 3)
     check_layout: bool = True
 
     def __post_init__(self) -> None:

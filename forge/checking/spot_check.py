@@ -9,7 +9,7 @@ compares with the oracle's own comparison (`forge.checking.expectation.build_exp
 `error_factor` of `validate`, the comparison of `forge.checking.probes`): a kernel that is wrong on any timed pass risks
 being caught, and it cannot know which passes are kept.
 
-- Which passes: the count is drawn per benchmark from `passes` (default 1-2; 1 in device/graph mode and for inputs
+- Which passes: the count is drawn per benchmark from `passes` (default 2-3; 1 in device/graph mode and for inputs
   over 64 MB) and the passes are a uniform random subset of all timed passes (reservoir sampling: the loop's length
   is not known in advance), drawn from `os.urandom` unless `seed` is given; of a kept pass, `calls_per_pass`
   (default 2) random calls are compared. Whether a pass is kept is decided before it runs, but nothing the kernel
@@ -67,7 +67,7 @@ class SpotCheck:
     as `validate`'s. `seed`: None draws the choice from `os.urandom` (give one only to reproduce a run)."""
 
     reference: Callable[..., Any]
-    passes: tuple[int, int] = (1, 2)
+    passes: tuple[int, int] = (2, 3)  # as `KernelUtils.spot_check_passes` (why there)
     calls_per_pass: int = 2
     tolerances: Mapping[torch.dtype, tuple[float, float]] | None = field(default=None, hash=False)
     error_factor: float = 4.0
