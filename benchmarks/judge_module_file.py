@@ -30,6 +30,13 @@ from forge.judging import InstanceTarget, Judge
 from forge.modules import MODULE_PREFIX, class_aliases, module_target_name, record_module_calls
 
 
+def module_source(path: Path) -> str:
+    """The `ModelNew(original)` file at `path`, or the code block of a model's reply kept there."""
+    text = path.read_text()
+    extracted = extract_code(text)
+    return extracted.code if extracted is not None else text
+
+
 def target_name(model: torch.nn.Module, module: str) -> str:
     """The module target (`module:<qualified class>`) of the model's class named `module` (`class_aliases`)."""
     for child in model.modules():
@@ -52,9 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.file.is_file():
         parser.error(f"--file {args.file}: no such file")
-    text, language, device = args.file.read_text(), get_language(args.language), torch.device(args.device)
-    extracted = extract_code(text)
-    source = extracted.code if extracted is not None else text
+    source, language, device = module_source(args.file), get_language(args.language), torch.device(args.device)
     demo = get_demo(args.demo)
     model, data = demo.model(device), demo.inputs(device)
     name = target_name(model, args.module)

@@ -35,8 +35,7 @@ import pandas as pd
 import torch
 
 from agent.modules import GeneratedModuleProvider
-from agent.replies import extract_code
-from benchmarks.judge_module_file import target_name
+from benchmarks.judge_module_file import module_source, target_name
 from forge.demos import get_demo
 from forge.end_to_end import ModelRunner, PairedComparison, time_model
 from forge.execution import Execution, parse_execution
@@ -45,12 +44,6 @@ from forge.plan import KernelOptimizationPlan, PlanEntry
 from forge.providers import GraphedModuleProvider
 
 COLUMNS = ["selection", "median_ms", "speedup", "blocks_won", "p_value", "provider_calls", "fallback_calls"]
-
-
-def _source(path: Path) -> str:
-    text = path.read_text()
-    extracted = extract_code(text)
-    return extracted.code if extracted is not None else text
 
 
 def build_entries(model: torch.nn.Module, data: list[Any], execution: Execution, files: dict[str, Path],
@@ -64,7 +57,7 @@ def build_entries(model: torch.nn.Module, data: list[Any], execution: Execution,
             model(*sample.args, **sample.kwargs)
 
     found = recorded_calls(run, model, set(names), captured=execution is Execution.CUDA_GRAPHS)
-    sources = {name: _source(path) for name, path in files.items()}
+    sources = {name: module_source(path) for name, path in files.items()}
     entries: dict[str, list[PlanEntry]] = {}
     for target, name in names.items():
         calls = found.get(target)
